@@ -1,0 +1,8 @@
+"""matchbox: write PyTorch code for one example, run it on a batch of
+examples of different sizes."""
+from .core import MaskedBatch
+from . import ops  # noqa: F401  (fills the rule table)
+from . import functional
+
+__all__ = ["MaskedBatch", "functional"]
+__version__ = "0.1.0"

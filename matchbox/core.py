@@ -1,0 +1,450 @@
+"""The MaskedBatch type: a batch of examples that differ in size.
+
+``data`` is ``(B, n_1, ..., n_k)``; ``dims[i]`` says whether dimension ``i+1``
+is dynamic (sizes differ between examples) or static; ``mask`` is a bool
+Tensor ``(B, m_1, ..., m_k)`` with ``m_i = n_i`` for a dynamic dimension and
+``1`` for a static one.  Each example's real data is a prefix along every
+dynamic dimension.  Values under ``False`` are arbitrary.
+
+Internally the mask may be ``None``, meaning "every entry is real": such a
+batch pays for no mask work at all.  ``batch.mask`` always returns a Tensor.
+
+Ops reach MaskedBatch through ``__torch_function__`` and the rule table in
+:mod:`matchbox.ops._registry`; this module holds only the type itself,
+its validation, conversions and sizes.
+"""
+import torch
+
+from . import _lanes
+
+__all__ = ["MaskedBatch", "mask_from_lengths"]
+
+_NO_HOST_VALUE = (
+    "cannot turn a MaskedBatch into a single Python value: each example has "
+    "its own. Put per-example control flow under @matchbox.batch, or reduce "
+    "explicitly with .any() / .all()."
+)
+
+
+def _as_dims(dims, n):
+    if isinstance(dims, bool):
+        dims = (dims,) * n
+    try:
+        dims = tuple(dims)
+    except TypeError:
+        raise ValueError(f"dims must be a tuple of bools, got {dims!r}") from None
+    if not all(isinstance(d, (bool, int)) and d in (0, 1) for d in dims):
+        raise ValueError(f"dims must be a tuple of bools, got {dims!r}")
+    return tuple(bool(d) for d in dims)
+
+
+def mask_from_lengths(lengths, shape, dims, device=None):
+    """The prefix mask for ``shape = (B, n_1, ...)`` given ``lengths``, a dict
+    mapping each dynamic dimension index (1-based, as in ``data``) to a
+    LongTensor ``(B,)`` of per-example sizes.  Static dims get size 1."""
+    mask = None
+    ndim = len(shape)
+    for d, length in lengths.items():
+        length = torch.as_tensor(length, device=device).reshape(-1)
+        view = [1] * ndim
+        view[0], view[d] = shape[0], shape[d]
+        m = (torch.arange(shape[d], device=length.device) < length[:, None]).view(view)
+        mask = m if mask is None else mask & m
+    if mask is None:
+        return None
+    full = [shape[0]] + [shape[i] if dims[i - 1] else 1 for i in range(1, ndim)]
+    return mask.expand(full)
+
+
+class MaskedBatch:
+    """A batch of ``B`` examples with the same number of dimensions and
+    per-example sizes along the dynamic ones.  See SPEC section 2."""
+
+    __slots__ = ("data", "_mask", "dims", "__weakref__")
+
+    def __init__(self, data, mask=None, dims=None):
+        if not isinstance(data, torch.Tensor):
+            raise ValueError(f"MaskedBatch data must be a Tensor, got {type(data).__name__}")
+        if data.dim() < 1:
+            raise ValueError("MaskedBatch data needs a batch dimension; got a 0-dim Tensor")
+        n = data.dim() - 1
+        if dims is None:
+            dims = (False,) * n if mask is None else tuple(mask.size(i + 1) != 1 for i in range(n))
+        dims = _as_dims(dims, n)
+        if len(dims) != n:
+            raise ValueError(
+                f"dims has {len(dims)} entries but data of shape {tuple(data.shape)} has "
+                f"{n} non-batch dimensions; give one bool per dimension after the batch one")
+        if mask is not None:
+            if not isinstance(mask, torch.Tensor):
+                raise ValueError(f"mask must be a bool Tensor or None, got {type(mask).__name__}")
+            if mask.dtype != torch.bool:
+                raise ValueError(f"mask must have dtype torch.bool, got {mask.dtype}")
+            if mask.device != data.device:
+                raise ValueError(f"mask is on {mask.device} but data is on {data.device}")
+            if mask.dim() != data.dim():
+                raise ValueError(
+                    f"mask has {mask.dim()} dimensions but data has {data.dim()}; "
+                    f"mask must be (B, m_1, ..., m_k) with m_i = n_i (dynamic) or 1 (static)")
+            if mask.size(0) != data.size(0):
+                raise ValueError(f"mask batch size {mask.size(0)} != data batch size {data.size(0)}")
+            for i, dyn in enumerate(dims):
+                want = data.size(i + 1) if dyn else 1
+                if mask.size(i + 1) != want:
+                    kind = "dynamic" if dyn else "static"
+                    raise ValueError(
+                        f"mask size {mask.size(i + 1)} along {kind} dimension {i + 1} should be "
+                        f"{want} (data shape {tuple(data.shape)}, mask shape {tuple(mask.shape)})")
+                if dyn and mask.size(i + 1) > 1:
+                    m = mask.movedim(i + 1, -1)
+                    if bool((m[..., 1:] & ~m[..., :-1]).any()):
+                        raise ValueError(
+                            f"mask along dynamic dimension {i + 1} is not a prefix: each "
+                            f"example's real data must start at index 0 with no gaps")
+        self.data, self._mask, self.dims = data, mask, dims
+
+    @classmethod
+    def _new(cls, data, mask, dims):
+        """Unchecked constructor used by op rules on their hot paths."""
+        self = object.__new__(cls)
+        self.data, self._mask, self.dims = data, mask, dims
+        return self
+
+    # ------------------------------------------------------------ dispatch
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        from .ops._registry import lookup
+        return lookup(func)(*args, **(kwargs or {}))
+
+    def __getattr__(self, name):
+        # Only reached for names the class does not define: Tensor methods
+        # that have no rule yet.
+        if not name.startswith("_") and hasattr(torch.Tensor, name):
+            from .ops._registry import missing_rule
+            raise missing_rule(f"Tensor.{name}")
+        raise AttributeError(f"'MaskedBatch' object has no attribute '{name}'")
+
+    # ------------------------------------------------------------ masks
+    @property
+    def mask(self):
+        if self._mask is not None:
+            return self._mask
+        shape = [self.data.size(0)] + [
+            s if d else 1 for s, d in zip(self.data.shape[1:], self.dims)]
+        return torch.ones(shape, dtype=torch.bool, device=self.data.device)
+
+    @property
+    def padded(self):
+        """True if some entry is not real (the mask is not known all-true)."""
+        return self._mask is not None
+
+    def _lengths(self, d):
+        """LongTensor ``(B,)`` of per-example sizes along data dimension d."""
+        B = self.data.size(0)
+        if self._mask is None or not self.dims[d - 1]:
+            return torch.full((B,), self.data.size(d), dtype=torch.long, device=self.data.device)
+        m = self._mask
+        other = [i for i in range(1, m.dim()) if i != d]
+        if other:
+            m = m.any(dim=other) if len(other) > 1 else m.any(dim=other[0])
+        return m.sum(-1)
+
+    # ------------------------------------------------------------ sizes
+    @property
+    def batch_size(self):
+        return self.data.size(0)
+
+    @property
+    def device(self):
+        return self.data.device
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def is_cuda(self):
+        return self.data.is_cuda
+
+    @property
+    def requires_grad(self):
+        return self.data.requires_grad
+
+    def requires_grad_(self, flag=True):
+        self.data.requires_grad_(flag)
+        return self
+
+    @property
+    def grad(self):
+        g = self.data.grad
+        return None if g is None else MaskedBatch._new(g, self._mask, self.dims)
+
+    def dim(self):
+        return self.data.dim()
+
+    @property
+    def ndim(self):
+        return self.data.dim()
+
+    def _norm_dim(self, d):
+        n = self.data.dim()
+        if not -n <= d < n:
+            raise IndexError(f"dimension {d} out of range for a MaskedBatch with {n} dims")
+        return d + n if d < 0 else d
+
+    def size(self, dim=None):
+        if dim is None:
+            dyn = [i + 1 for i, d in enumerate(self.dims) if d]
+            if dyn:
+                raise ValueError(
+                    f"dimensions {dyn} are dynamic (their size differs between examples), "
+                    f"so size() has no single value; use size_as_tensor(d) for per-example "
+                    f"sizes or maxsize(d) for the padded size")
+            return self.data.size()
+        d = self._norm_dim(dim)
+        if d > 0 and self.dims[d - 1]:
+            raise ValueError(
+                f"dimension {dim} is dynamic (its size differs between examples), so it has "
+                f"no single int size; use size_as_tensor({dim}) for per-example sizes or "
+                f"maxsize({dim}) for the padded size")
+        return self.data.size(d)
+
+    @property
+    def shape(self):
+        return self.size()
+
+    def maxsize(self, dim=None):
+        return self.data.size() if dim is None else self.data.size(dim)
+
+    def size_as_tensor(self, dim):
+        """Per-example sizes along ``dim`` as a MaskedBatch of longs (one
+        scalar per example, batch shape ``(B,)``)."""
+        d = self._norm_dim(dim)
+        if d == 0:
+            sizes = torch.ones(self.data.size(0), dtype=torch.long, device=self.data.device)
+        else:
+            sizes = self._lengths(d)
+        return MaskedBatch._new(sizes, None, ())
+
+    def __len__(self):
+        return self.data.size(0)
+
+    # ------------------------------------------------------------ no host values
+    def __bool__(self):
+        raise TypeError(_NO_HOST_VALUE)
+
+    def _no_host(self, *args, **kwargs):
+        raise TypeError(_NO_HOST_VALUE)
+
+    __int__ = __float__ = __index__ = __complex__ = item = tolist = numpy = _no_host
+
+    def __iter__(self):
+        raise TypeError(
+            "iterating over a MaskedBatch would iterate over its examples; iterate over a "
+            "per-example dimension instead, e.g. `for x_t in x.unbind(1)`")
+
+    # ------------------------------------------------------------ moves and casts
+    def _with_data(self, data):
+        mask = self._mask
+        if mask is not None and mask.device != data.device:
+            mask = mask.to(data.device)
+        return MaskedBatch._new(data, mask, self.dims)
+
+    def to(self, *args, **kwargs):
+        return self._with_data(self.data.to(*args, **kwargs))
+
+    def cuda(self, *args, **kwargs):
+        return self._with_data(self.data.cuda(*args, **kwargs))
+
+    def cpu(self):
+        return self._with_data(self.data.cpu())
+
+    def detach(self):
+        return MaskedBatch._new(self.data.detach(), self._mask, self.dims)
+
+    def type_as(self, other):
+        other = other.data if isinstance(other, MaskedBatch) else other
+        return self._with_data(self.data.type_as(other))
+
+    def float(self):
+        return self._with_data(self.data.float())
+
+    def double(self):
+        return self._with_data(self.data.double())
+
+    def half(self):
+        return self._with_data(self.data.half())
+
+    def bfloat16(self):
+        return self._with_data(self.data.bfloat16())
+
+    def long(self):
+        return self._with_data(self.data.long())
+
+    def int(self):
+        return self._with_data(self.data.int())
+
+    def bool(self):
+        return self._with_data(self.data.bool())
+
+    def contiguous(self, *args, **kwargs):
+        return MaskedBatch._new(self.data.contiguous(*args, **kwargs), self._mask, self.dims)
+
+    def pin_memory(self):
+        return self._with_data(self.data.pin_memory())
+
+    # ------------------------------------------------------------ making and unmaking
+    @classmethod
+    def fromlist(cls, examples, dims=None):
+        """Batch a list of Tensors, each with a leading dimension of size 1.
+        ``dims`` gives one bool per later dimension (dynamic or static); when
+        omitted, a dimension is dynamic where the examples' sizes differ."""
+        examples = list(examples)
+        if not examples:
+            raise ValueError("fromlist needs at least one example")
+        first = examples[0]
+        for i, e in enumerate(examples):
+            if not isinstance(e, torch.Tensor):
+                raise ValueError(f"example {i} is a {type(e).__name__}, not a Tensor")
+            if e.dim() != first.dim():
+                raise ValueError(
+                    f"example {i} has {e.dim()} dims but example 0 has {first.dim()}; "
+                    f"all examples need the same number of dimensions")
+            if e.dim() == 0 or e.size(0) != 1:
+                raise ValueError(
+                    f"example {i} has shape {tuple(e.shape)}; each example needs a leading "
+                    f"dimension of size 1 (use x.unsqueeze(0))")
+            if e.device != first.device:
+                raise ValueError(f"example {i} is on {e.device} but example 0 is on {first.device}")
+        n = first.dim() - 1
+        sizes = torch.tensor([list(e.shape[1:]) for e in examples], dtype=torch.long).reshape(len(examples), n)
+        if dims is None:
+            dims = tuple(bool((sizes[:, i] != sizes[0, i]).any()) for i in range(n))
+        dims = _as_dims(dims, n)
+        if len(dims) != n:
+            raise ValueError(f"dims has {len(dims)} entries but the examples have {n} dims after the leading 1")
+        maxes = sizes.max(0).values.tolist() if len(examples) else []
+        for i, dyn in enumerate(dims):
+            if not dyn and bool((sizes[:, i] != maxes[i]).any()):
+                raise ValueError(
+                    f"dimension {i + 1} is declared static but the examples' sizes differ "
+                    f"there ({sorted(set(sizes[:, i].tolist()))}); declare it dynamic")
+        padded = []
+        for e, s in zip(examples, sizes.tolist()):
+            pad = []
+            for i in reversed(range(n)):
+                pad += [0, maxes[i] - s[i]]
+            padded.append(torch.nn.functional.pad(e, pad) if any(pad) else e)
+        data = torch.cat(padded, 0)
+        shape = data.shape
+        lengths = {i + 1: sizes[:, i].to(data.device) for i, dyn in enumerate(dims)
+                   if dyn and bool((sizes[:, i] != maxes[i]).any())}
+        return cls._new(data, mask_from_lengths(lengths, shape, dims), dims)
+
+    def examples(self):
+        """The per-example Tensors, each with its leading 1, cut to size."""
+        dyn = [i + 1 for i, d in enumerate(self.dims) if d]
+        if self._mask is None or not dyn:
+            return list(self.data.split(1, 0))
+        lengths = torch.stack([self._lengths(d) for d in dyn], 1).tolist()
+        out = []
+        for b, ls in enumerate(lengths):
+            x = self.data[b:b + 1]
+            for d, n in zip(dyn, ls):
+                x = x.narrow(d, 0, n)
+            out.append(x)
+        return out
+
+    @classmethod
+    def from_padded(cls, data, lengths=None, dim=1, batch_first=True):
+        """Wrap a padded Tensor.  ``lengths`` gives the per-example sizes along
+        ``dim`` (an int dimension of the batch-first layout); pass a tuple of
+        dims and a matching tuple of lengths for several dynamic dims.  With
+        ``batch_first=False`` the input is ``(T, B, ...)`` as in ``nn.LSTM``."""
+        if not batch_first:
+            data = data.transpose(0, 1)
+        n = data.dim() - 1
+        dlist = (dim,) if isinstance(dim, int) else tuple(dim)
+        if lengths is None:
+            return cls._new(data, None, (False,) * n)
+        llist = (lengths,) if isinstance(dim, int) else tuple(lengths)
+        if len(llist) != len(dlist):
+            raise ValueError(f"from_padded got {len(dlist)} dims but {len(llist)} length vectors")
+        norm = []
+        for d in dlist:
+            d = d + data.dim() if d < 0 else d
+            if not 1 <= d <= n:
+                raise ValueError(f"from_padded: dim {d} is not a non-batch dimension of shape {tuple(data.shape)}")
+            norm.append(d)
+        lens = {}
+        for d, ln in zip(norm, llist):
+            ln = torch.as_tensor(ln, device=data.device).long().reshape(-1)
+            if ln.numel() != data.size(0):
+                raise ValueError(f"from_padded: {ln.numel()} lengths for a batch of {data.size(0)}")
+            if bool((ln < 0).any()) or bool((ln > data.size(d)).any()):
+                raise ValueError(f"from_padded: lengths must lie in [0, {data.size(d)}] along dim {d}")
+            lens[d] = ln
+        dims = tuple(i + 1 in lens for i in range(n))
+        return cls._new(data, mask_from_lengths(lens, data.shape, dims), dims)
+
+    def to_padded(self, value=0):
+        """The data as a plain padded Tensor with ``value`` everywhere that is
+        not real."""
+        if self._mask is None:
+            return self.data
+        return self.data.masked_fill(~self._mask, value)
+
+    @classmethod
+    def from_packed(cls, packed):
+        """From a ``torch.nn.utils.rnn.PackedSequence`` (examples ``(T_i, *)``
+        become ``(1, T_i, *)``)."""
+        from torch.nn.utils.rnn import pad_packed_sequence
+        data, lengths = pad_packed_sequence(packed, batch_first=True)
+        return cls.from_padded(data, lengths.to(data.device), 1)
+
+    def to_packed(self, enforce_sorted=False):
+        """To a PackedSequence over dimension 1, which must be the only
+        dynamic dimension."""
+        from torch.nn.utils.rnn import pack_padded_sequence
+        if self.data.dim() < 2 or any(self.dims[1:]):
+            raise ValueError(
+                f"to_packed needs dimension 1 to be the only dynamic one; dims are {self.dims}")
+        lengths = self._lengths(1).cpu()
+        return pack_padded_sequence(self.data, lengths, batch_first=True, enforce_sorted=enforce_sorted)
+
+    @classmethod
+    def from_nested(cls, nt, dims=None):
+        """From a ``torch.nested`` tensor; its components gain a leading 1."""
+        return cls.fromlist([t.unsqueeze(0) for t in nt.unbind()], dims)
+
+    def to_nested(self, layout=torch.jagged):
+        """To a ``torch.nested`` tensor of the examples (without their leading
+        1).  The jagged layout allows one dynamic dimension."""
+        return torch.nested.as_nested_tensor([e.squeeze(0) for e in self.examples()], layout=layout)
+
+    # ------------------------------------------------------------ display
+    def __repr__(self):
+        sizes = ", ".join(
+            (f"≤{s}" if d else str(s)) for s, d in zip(self.data.shape[1:], self.dims))
+        return (f"MaskedBatch(batch_size={self.data.size(0)}, sizes=({sizes}), "
+                f"dtype={self.data.dtype}, device={self.data.device})")
+
+    def __reduce__(self):
+        return (MaskedBatch, (self.data, self._mask, self.dims))
+
+    def __deepcopy__(self, memo):
+        import copy
+        return MaskedBatch._new(copy.deepcopy(self.data, memo),
+                                copy.deepcopy(self._mask, memo), self.dims)
+
+
+def real_mask(x):
+    """``x``'s mask combined with the active lanes, or None when every entry
+    of ``x`` is real and every lane is active.  Op rules that must neutralize
+    non-real entries (padding or dormant lanes) use this."""
+    lanes = _lanes.active_lanes()
+    m = x._mask
+    if lanes is None:
+        return m
+    lanes = lanes.view((-1,) + (1,) * (x.data.dim() - 1))
+    return lanes if m is None else m & lanes

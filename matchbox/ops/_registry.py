@@ -1,0 +1,266 @@
+"""The rule table that MaskedBatch dispatch reads, and the helpers rules share.
+
+A rule is a plain function with the signature of the torch callable it
+serves; it receives the original arguments (MaskedBatch, Tensor, numbers)
+and returns MaskedBatch results that state data, mask and dims explicitly.
+Register one with::
+
+    @register(torch.tanh, torch.Tensor.tanh)
+    def tanh(x): ...
+
+Registering a ``torch.Tensor`` method also installs it as a method of
+MaskedBatch, so ``x.tanh()`` calls the rule directly.  The table is filled
+once at import time and never mutated afterwards.
+"""
+import torch
+
+from ..core import MaskedBatch, real_mask
+
+__all__ = [
+    "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
+    "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
+    "tensor_methods",
+]
+
+RULES = {}
+_INSTALLED = set()
+_TENSOR_NAMES = None
+
+
+def tensor_methods(func):
+    """Names under which ``func`` is an attribute of ``torch.Tensor``."""
+    global _TENSOR_NAMES
+    if _TENSOR_NAMES is None:
+        names = {}
+        for name in dir(torch.Tensor):
+            try:
+                obj = getattr(torch.Tensor, name)
+            except Exception:  # some descriptors raise on class access
+                continue
+            names.setdefault(id(obj), []).append(name)
+        _TENSOR_NAMES = names
+    return _TENSOR_NAMES.get(id(func), [])
+
+
+def _install(name, rule):
+    if name in MaskedBatch.__dict__ and name not in _INSTALLED:
+        return  # the class defines it itself (size, to, float, ...)
+
+    def method(self, *args, **kwargs):
+        return rule(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = rule.__doc__
+    setattr(MaskedBatch, name, method)
+    _INSTALLED.add(name)
+
+
+def register(*funcs):
+    """Register the decorated rule for each torch callable in ``funcs``."""
+    def deco(rule):
+        for f in funcs:
+            if f in RULES:
+                raise RuntimeError(f"two matchbox rules registered for {func_name(f)}")
+            RULES[f] = rule
+            for name in tensor_methods(f):
+                _install(name, rule)
+        return rule
+    return deco
+
+
+def func_name(func):
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    mod = getattr(func, "__module__", None) or ""
+    if name.startswith("TensorBase.") or name.startswith("_TensorBase."):
+        name = "Tensor." + name.split(".", 1)[1]
+    if mod.startswith("torch.nn.functional"):
+        return f"torch.nn.functional.{name}"
+    if name.startswith("Tensor."):
+        return f"torch.{name}"
+    return f"torch.{name}" if "." not in name else name
+
+
+def missing_rule(name):
+    return NotImplementedError(
+        f"matchbox has no rule for {name} on a MaskedBatch. Op rules live in "
+        f"matchbox/ops/ (one module per op family); add one there with "
+        f"@register({name}), or leave matchbox with .to_padded()/.examples() and "
+        f"handle the padding yourself.")
+
+
+def lookup(func):
+    rule = RULES.get(func)
+    if rule is None:
+        raise missing_rule(func_name(func))
+    return rule
+
+
+# ---------------------------------------------------------------- helpers
+def is_mb(x):
+    return isinstance(x, MaskedBatch)
+
+
+def unwrap(x):
+    return x.data if isinstance(x, MaskedBatch) else x
+
+
+new = MaskedBatch._new
+
+
+def norm_dim(x, dim, allow_batch=False):
+    """Normalise a (possibly negative) dim of ``x``; dim 0 is the batch and
+    is refused unless ``allow_batch``."""
+    n = x.data.dim()
+    if not -n <= dim < n:
+        raise IndexError(f"dimension {dim} out of range for a MaskedBatch with {n} dims")
+    dim = dim + n if dim < 0 else dim
+    if dim == 0 and not allow_batch:
+        raise ValueError(
+            "this op over dimension 0 would mix examples: dimension 0 of a MaskedBatch is "
+            "the batch (each example's leading 1). Work over a per-example dimension instead.")
+    return dim
+
+
+def neutralize(x, fill):
+    """``x.data`` with every non-real entry (padding, dormant lanes) set to
+    ``fill``.  Uses ``where``, so gradients at those entries are exactly zero
+    even when the discarded values are NaN."""
+    m = real_mask(x)
+    if m is None:
+        return x.data
+    return torch.where(m, x.data, torch.as_tensor(fill, dtype=x.data.dtype, device=x.data.device))
+
+
+def prefix_mask(x, d):
+    """The ``(B, n_d)`` bool mask of real positions along data dim ``d``."""
+    m = x._mask
+    if m is None or not x.dims[d - 1]:
+        return None
+    other = [i for i in range(1, m.dim()) if i != d]
+    return m.any(dim=other) if other else m
+
+
+def _describe(x, d):
+    return f"dimension {d} of a MaskedBatch with dims {x.dims} (padded shape {tuple(x.data.shape)})"
+
+
+def check_same_lengths(a, da, b, db, op):
+    """Raise ValueError unless dynamic dim ``da`` of ``a`` and ``db`` of ``b``
+    have the same per-example lengths.  Skipped when both share one mask."""
+    if a._mask is b._mask and da == db:
+        return
+    na, nb = a.data.size(da), b.data.size(db)
+    ma, mb_ = prefix_mask(a, da), prefix_mask(b, db)
+    if ma is None and mb_ is None and na == nb:
+        return
+    la, lb = a._lengths(da), b._lengths(db)
+    if not torch.equal(la, lb):
+        raise ValueError(
+            f"{op}: per-example lengths differ between {_describe(a, da)} and "
+            f"{_describe(b, db)}: {la.tolist()} vs {lb.tolist()}")
+
+
+def _pad_dim(data, d, n):
+    if data.size(d) >= n:
+        return data
+    shape = list(data.shape)
+    shape[d] = n - data.size(d)
+    return torch.cat([data, data.new_zeros(shape)], d)
+
+
+def align(args, op="op"):
+    """Broadcast the operands of a pointwise op.
+
+    ``args`` mixes MaskedBatch, Tensor and Python numbers.  MaskedBatch
+    operands line up on the batch dimension and broadcast their per-example
+    dims right-aligned; plain Tensors broadcast against the full data as in
+    PyTorch.  Returns ``(datas, mask, dims)``: the data to feed the torch op,
+    the combined mask (None if all real) and the result dims.
+    """
+    batches = [a for a in args if isinstance(a, MaskedBatch)]
+    B = batches[0].data.size(0)
+    n = max(b.data.dim() for b in batches) - 1
+    dims = [False] * n
+    owner = [None] * n  # the first batch with a dynamic dim at each position
+    for b in batches:
+        if b.data.size(0) != B:
+            raise ValueError(
+                f"{op}: batch sizes differ ({B} vs {b.data.size(0)}); both operands must "
+                f"hold the same examples")
+        if b.data.device != batches[0].data.device:
+            raise ValueError(f"{op}: operands are on {batches[0].data.device} and {b.data.device}")
+        off = n - (b.data.dim() - 1)
+        for i, dyn in enumerate(b.dims):
+            if dyn:
+                dims[off + i] = True
+                if owner[off + i] is None:
+                    owner[off + i] = (b, i + 1)
+    datas, masks = [], []
+    for a in args:
+        if isinstance(a, MaskedBatch):
+            off = n - (a.data.dim() - 1)
+            data, mask = a.data, a._mask
+            for i in range(n):
+                if not dims[i]:
+                    continue
+                if i < off:
+                    continue
+                d = i - off + 1
+                first, fd = owner[i]
+                if a.dims[d - 1]:
+                    if a is not first:
+                        check_same_lengths(first, fd, a, d, op)
+                    if data.size(d) < first.data.size(fd) or data.size(d) > first.data.size(fd):
+                        size = max(data.size(d), first.data.size(fd))
+                        data = _pad_dim(data, d, size)
+                        mask = _pad_dim(a.mask if mask is None else mask, d, size)
+                elif data.size(d) != 1:
+                    # a static dim of size s meets a dynamic one: every example
+                    # of the dynamic side must have exactly s entries there
+                    lens = first._lengths(fd)
+                    if not bool((lens == data.size(d)).all()):
+                        raise ValueError(
+                            f"{op}: static size {data.size(d)} of one operand meets "
+                            f"{_describe(first, fd)} whose examples have sizes {lens.tolist()}")
+            if off:
+                data = data.reshape((B,) + (1,) * off + tuple(data.shape[1:]))
+                if mask is not None:
+                    mask = mask.reshape((B,) + (1,) * off + tuple(mask.shape[1:]))
+            datas.append(data)
+            if mask is not None:
+                masks.append(mask)
+        elif isinstance(a, torch.Tensor):
+            if a.dim() > n + 1:
+                raise ValueError(
+                    f"{op}: a plain Tensor of shape {tuple(a.shape)} has more dimensions than "
+                    f"the examples ({n + 1} with the leading 1); per example the result would "
+                    f"not keep its leading batch dimension")
+            if a.dim() == n + 1 and a.size(0) not in (1, B):
+                raise ValueError(
+                    f"{op}: a plain Tensor of shape {tuple(a.shape)} has leading size "
+                    f"{a.size(0)}; with a batch of {B} it must be 1 or {B}")
+            datas.append(a)
+        else:
+            datas.append(a)
+    mask = None
+    for m in masks:
+        mask = m if mask is None else (mask if m is mask else mask & m)
+    if mask is not None:
+        # the mask's static dims must stay size 1 and dynamic ones full size
+        want = [B] + [s if d else 1 for s, d in zip(_broadcast_shape(datas)[1:], dims)]
+        if list(mask.shape) != want:
+            mask = _fit_mask(mask, want)
+    return datas, mask, tuple(dims)
+
+
+def _broadcast_shape(datas):
+    return torch.broadcast_shapes(*[d.shape for d in datas if isinstance(d, torch.Tensor)])
+
+
+def _fit_mask(mask, want):
+    """Bring a broadcast mask to the canonical shape: static dims reduced to
+    size 1 (a lane is real if any entry is), dynamic dims expanded."""
+    for i in range(1, len(want)):
+        if want[i] == 1 and mask.size(i) != 1:
+            mask = mask.any(i, keepdim=True)
+    return mask.expand(want)

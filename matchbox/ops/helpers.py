@@ -1,0 +1,88 @@
+"""Example-level helpers that exist on both MaskedBatch and torch.Tensor.
+
+SPEC section 2: ``batch_zeros / batch_ones / batch_empty``, ``split_dim``,
+``join_dims``, ``causal_mask``, ``maxsize``, ``size_as_tensor``.  On a plain
+Tensor they have the meaning they have for one example (batch dim first);
+they are added to ``torch.Tensor`` only under these names, which PyTorch
+does not define (checked at import).
+"""
+import torch
+
+from ..core import MaskedBatch
+from ._registry import is_mb, new, norm_dim
+
+HELPERS = {}
+
+
+def helper(fn):
+    HELPERS[fn.__name__] = fn
+    return fn
+
+
+def _batch_new(fill, name):
+    def make(x, *size, dtype=None, device=None, requires_grad=False):
+        if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+            size = tuple(size[0])
+        data = x.data if is_mb(x) else x
+        out = fill((data.size(0),) + tuple(size), dtype=dtype or data.dtype,
+                   device=device or data.device, requires_grad=requires_grad)
+        return new(out, None, (False,) * len(size)) if is_mb(x) else out
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = (f"A batch shaped like x's with per-example shape ``size``, filled by "
+                    f"torch.{fill.__name__} (static dims, every entry real).")
+    return helper(make)
+
+
+batch_zeros = _batch_new(torch.zeros, "batch_zeros")
+batch_ones = _batch_new(torch.ones, "batch_ones")
+batch_empty = _batch_new(torch.empty, "batch_empty")
+
+
+@helper
+def maxsize(x, dim=None):
+    """The padded size along ``dim`` (for a Tensor, its size)."""
+    return x.maxsize(dim) if is_mb(x) else (x.size() if dim is None else x.size(dim))
+
+
+@helper
+def size_as_tensor(x, dim):
+    """Per-example sizes along ``dim`` as a long Tensor ``(B,)`` (for a
+    MaskedBatch, a MaskedBatch of one long per example)."""
+    if is_mb(x):
+        return x.size_as_tensor(dim)
+    return torch.full((x.size(0),), x.size(dim), dtype=torch.long, device=x.device)
+
+
+@helper
+def causal_mask(x, in_dim, out_dim):
+    """Set ``x[..., i, ..., j, ...]`` to ``-inf`` where the index ``i`` along
+    ``in_dim`` is greater than the index ``j`` along ``out_dim``, so that a
+    softmax over ``in_dim`` gives those entries zero weight.  For attention
+    scores ``(1, T_query, T_key)``, ``scores.causal_mask(2, 1)`` hides future
+    keys."""
+    data = x.data if is_mb(x) else x
+    n = data.dim()
+    i = in_dim + n if in_dim < 0 else in_dim
+    j = out_dim + n if out_dim < 0 else out_dim
+    if i == 0 or j == 0 or i == j:
+        raise ValueError("causal_mask needs two different per-example dimensions")
+    ii = torch.arange(data.size(i), device=data.device)
+    jj = torch.arange(data.size(j), device=data.device)
+    shape_i, shape_j = [1] * n, [1] * n
+    shape_i[i], shape_j[j] = -1, -1
+    hide = ii.view(shape_i) > jj.view(shape_j)
+    out = data.masked_fill(hide, float("-inf"))
+    return new(out, x._mask, x.dims) if is_mb(x) else out
+
+
+def install():
+    """Attach the helpers to MaskedBatch and torch.Tensor (new names only)."""
+    for name, fn in HELPERS.items():
+        if name not in MaskedBatch.__dict__:
+            setattr(MaskedBatch, name, fn)
+        existing = getattr(torch.Tensor, name, None)
+        if existing is None:
+            setattr(torch.Tensor, name, fn)
+        elif existing is not fn and getattr(existing, "__module__", "").split(".")[0] != "matchbox":
+            raise RuntimeError(
+                f"torch.Tensor already defines {name!r}; matchbox will not replace it")

@@ -1,0 +1,181 @@
+"""Pointwise ops: unary, binary, comparisons, where, masked_fill, clamp.
+
+data = f(x, y, ...); mask = the conjunction of the operands' masks; dims =
+the disjunction of their dims (operands broadcast per example, see
+``_registry.align``).  Padding is left alone, except where a non-real entry
+could produce a non-finite derivative (``log(0)``, a division by a padding
+zero): there the operand is first set to a safe value with ``where``, so
+the padding's gradient stays exactly zero.
+"""
+import torch
+import torch.nn.functional as F
+
+from ._registry import RULES, align, is_mb, neutralize, new, register
+
+T = torch.Tensor
+
+
+def _torch_fns(name):
+    """``torch.<name>`` and ``torch.Tensor.<name>``, where they exist."""
+    return [f for f in (getattr(torch, name, None), getattr(T, name, None)) if f is not None]
+
+
+def _unary(f, safe=None):
+    """A rule for ``f(x, *params)``: data = f(data), mask and dims kept.
+    ``safe`` is the value non-real entries get first, for functions whose
+    derivative is not finite everywhere."""
+    def rule(x, *args, **kwargs):
+        if not is_mb(x) or any(is_mb(a) for a in args):
+            return _nary(f)(x, *args, **kwargs)
+        data = x.data if safe is None else neutralize(x, safe)
+        return new(f(data, *args, **kwargs), x._mask, x.dims)
+    rule.__name__ = getattr(f, "__name__", "unary")
+    return rule
+
+
+def _nary(f):
+    """A rule for a broadcasting op over several operands."""
+    def rule(*args, **kwargs):
+        datas, mask, dims = align(args, getattr(f, "__name__", "op"))
+        return new(f(*datas, **kwargs), mask, dims)
+    rule.__name__ = getattr(f, "__name__", "nary")
+    return rule
+
+
+def _safe_nary(f, safe_args):
+    """Like ``_nary`` but sets the listed operands to safe values at their
+    non-real entries first."""
+    plain = _nary(f)
+
+    def rule(*args, **kwargs):
+        fixed = []
+        for i, a in enumerate(args):
+            if i in safe_args and is_mb(a):
+                a = new(neutralize(a, safe_args[i]), a._mask, a.dims)
+            fixed.append(a)
+        return plain(*fixed, **kwargs)
+    rule.__name__ = plain.__name__
+    return rule
+
+
+def _reflected(rule):
+    def rrule(self, other, *args, **kwargs):
+        return rule(other, self, *args, **kwargs)
+    rrule.__name__ = "r" + rule.__name__
+    return rrule
+
+
+def _register_all(fns, rule):
+    """Register ``rule`` for each callable not yet in the table (Tensor
+    dunders such as ``__neg__`` often are the named method itself)."""
+    seen = []
+    for f in fns:
+        if f is not None and f not in seen and f not in RULES:
+            seen.append(f)
+    register(*seen)(rule)
+
+
+# ------------------------------------------------------------------ unary
+UNARY = """abs absolute neg negative positive exp exp2 expm1 tanh sigmoid sin cos tan sinh
+cosh asinh atan arctan floor ceil round trunc fix frac sign sgn erf erfc square
+logical_not bitwise_not isnan isinf isfinite isposinf isneginf isreal nan_to_num relu
+signbit conj deg2rad rad2deg i0 sinc""".split()
+
+# functions with a non-finite derivative somewhere: the safe value for non-real entries
+UNARY_SAFE = {
+    "log": 1.0, "log2": 1.0, "log10": 1.0, "log1p": 0.0, "sqrt": 1.0, "rsqrt": 1.0,
+    "reciprocal": 1.0, "acos": 0.0, "arccos": 0.0, "asin": 0.0, "arcsin": 0.0,
+    "atanh": 0.0, "arctanh": 0.0, "acosh": 2.0, "arccosh": 2.0, "lgamma": 1.0,
+    "digamma": 1.0, "erfinv": 0.0, "logit": 0.5, "mvlgamma": 3.0, "polygamma": 1.0,
+}
+
+for _name in UNARY:
+    _fns = _torch_fns(_name)
+    if _fns:
+        _register_all(_fns, _unary(getattr(torch, _name, None) or getattr(T, _name)))
+for _name, _safe in UNARY_SAFE.items():
+    _fns = _torch_fns(_name)
+    if _fns:
+        _register_all(_fns, _unary(getattr(torch, _name, None) or getattr(T, _name), _safe))
+
+# torch.nn.functional activations (F.relu(x, inplace=False), F.gelu, ...)
+ACTIVATIONS = """relu relu6 elu selu celu gelu silu mish leaky_relu softplus softsign
+hardtanh hardswish hardsigmoid logsigmoid tanhshrink softshrink hardshrink threshold
+rrelu""".split()
+for _name in ACTIVATIONS:
+    _fn = getattr(F, _name)
+    _fns = [_fn] + [f for f in _torch_fns(_name) if _name not in UNARY]
+    _register_all(_fns, _unary(_fn))
+
+
+# ------------------------------------------------------------------ binary
+def _binary(name, safe_args=None):
+    f = getattr(torch, name)
+    return _safe_nary(f, safe_args) if safe_args else _nary(f)
+
+
+BINARY = """add sub subtract mul multiply eq ne not_equal lt less le less_equal gt greater ge
+greater_equal maximum minimum fmax fmin logical_and logical_or logical_xor bitwise_and
+bitwise_or bitwise_xor atan2 arctan2 hypot copysign lerp addcmul heaviside nextafter
+logaddexp logaddexp2 rsub""".split()
+# divisors and bases get 1 at non-real entries
+BINARY_SAFE = {"div": {1: 1.0}, "divide": {1: 1.0}, "true_divide": {1: 1.0},
+               "floor_divide": {1: 1.0}, "remainder": {1: 1.0}, "fmod": {1: 1.0},
+               "pow": {0: 1.0}, "float_power": {0: 1.0}, "xlogy": {1: 1.0},
+               "addcdiv": {2: 1.0}}
+
+_BINARY_RULES = {}
+for _name in BINARY:
+    _BINARY_RULES[_name] = _binary(_name)
+    _register_all(_torch_fns(_name), _BINARY_RULES[_name])
+for _name, _safe in BINARY_SAFE.items():
+    _BINARY_RULES[_name] = _binary(_name, _safe)
+    _register_all(_torch_fns(_name), _BINARY_RULES[_name])
+
+_DUNDERS = {
+    "add": "__add__", "sub": "__sub__", "mul": "__mul__", "div": "__truediv__",
+    "floor_divide": "__floordiv__", "remainder": "__mod__", "pow": "__pow__",
+    "eq": "__eq__", "ne": "__ne__", "lt": "__lt__", "le": "__le__", "gt": "__gt__",
+    "ge": "__ge__", "bitwise_and": "__and__", "bitwise_or": "__or__", "bitwise_xor": "__xor__",
+}
+_REFLECTED = {"add": "__radd__", "sub": "__rsub__", "mul": "__rmul__", "div": "__rtruediv__",
+              "floor_divide": "__rfloordiv__", "remainder": "__rmod__", "pow": "__rpow__",
+              "bitwise_and": "__rand__", "bitwise_or": "__ror__", "bitwise_xor": "__rxor__"}
+for _name, _dunder in _DUNDERS.items():
+    _f = getattr(T, _dunder, None)
+    if _f is not None:
+        _register_all([_f], _BINARY_RULES[_name])
+for _name, _dunder in _REFLECTED.items():
+    _f = getattr(T, _dunder, None)
+    if _f is not None:
+        _register_all([_f], _reflected(_BINARY_RULES[_name]))
+
+
+# ------------------------------------------------------------------ where / masked_fill / clamp
+@register(torch.where, T.where)
+def where(condition, input=None, other=None):
+    """``torch.where(c, x, y)``: every operand may be a MaskedBatch."""
+    if input is None:
+        raise NotImplementedError(
+            "torch.where(condition) with one argument returns indices, which differ per "
+            "example; matchbox has no rule for it. Use the three-argument form.")
+    datas, mask, dims = align((condition, input, other), "where")
+    return new(torch.where(*datas), mask, dims)
+
+
+@register(torch.masked_fill, T.masked_fill)
+def masked_fill(input, mask, value):
+    if is_mb(value):
+        raise NotImplementedError("masked_fill with a per-example value: use torch.where(mask, value, x)")
+    datas, m, dims = align((input, mask), "masked_fill")
+    return new(datas[0].masked_fill(datas[1], value), m, dims)
+
+
+@register(torch.clamp, T.clamp, torch.clip, T.clip)
+def clamp(input, min=None, max=None):
+    datas, mask, dims = align((input, min, max), "clamp")
+    return new(torch.clamp(*datas), mask, dims)
+
+
+for _name in ("clamp_min", "clamp_max"):
+    _register_all(_torch_fns(_name), _nary(getattr(torch, _name)))

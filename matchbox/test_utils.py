@@ -1,0 +1,333 @@
+"""Checking batched code against per-example runs (SPEC section 5).
+
+``mb_test(f, *specs)`` builds random inputs from argument specs, runs ``f``
+on each example alone and on the batch, and asserts that outputs agree and
+that gradients of the inputs and of an ``nn.Module``'s parameters agree.
+
+An argument spec is one of:
+
+- ``(B, (dynamic, size), ...)``: B random examples, each ``(1, s_1, ...)``;
+  along a dynamic dim ``s_i`` is drawn from ``1..size``.  Within one call,
+  dynamic dims with the same ``size`` get the same length in each example,
+  so ``(4, (True, 3), (True, 3))`` makes square examples.
+- a shape tuple of ints: one Tensor shared by every example;
+- an int ``k``: the same input as argument ``k``;
+- a ready ``MaskedBatch`` or ``Tensor``: used as given (a MaskedBatch is
+  split with ``.examples()``; a Tensor is shared).
+"""
+import torch
+
+from .core import MaskedBatch
+
+__all__ = ["mb_rand", "mb_test", "mb_assert", "mb_assert_allclose", "LENGTH_MODES"]
+
+LENGTH_MODES = ("random", "mixed", "one", "equal")
+
+
+def _is_batch_spec(spec):
+    return (isinstance(spec, (tuple, list)) and len(spec) >= 1 and isinstance(spec[0], int)
+            and not isinstance(spec[0], bool) and len(spec) > 1
+            and all(isinstance(d, (tuple, list)) and len(d) == 2 for d in spec[1:]))
+
+
+def _draw_lengths(B, size, mode, generator=None):
+    if mode == "one":
+        return [1] * B
+    if mode == "equal":
+        return [size] * B
+    lengths = torch.randint(1, size + 1, (B,), generator=generator).tolist()
+    if mode == "mixed" and B >= 2:
+        lengths[0], lengths[-1] = 1, size
+    elif mode != "random" and mode != "mixed":
+        raise ValueError(f"lengths mode must be one of {LENGTH_MODES}, got {mode!r}")
+    return lengths
+
+
+def _rand(shape, dtype, device, generator=None):
+    if dtype is not None and not dtype.is_floating_point:
+        return torch.randint(0, 4, shape, dtype=dtype, device=device, generator=generator)
+    return torch.randn(shape, dtype=dtype, device=device, generator=generator)
+
+
+def _rand_examples(spec, lengths="random", dtype=None, device=None, table=None, generator=None):
+    B, dims = spec[0], spec[1:]
+    table = {} if table is None else table
+    sizes = []
+    for dyn, size in dims:
+        if dyn:
+            if size not in table:
+                table[size] = _draw_lengths(B, size, lengths, generator)
+            sizes.append(table[size])
+        else:
+            sizes.append([size] * B)
+    examples = [_rand((1,) + tuple(s[b] for s in sizes), dtype, device, generator) for b in range(B)]
+    return examples, tuple(bool(d) for d, _ in dims)
+
+
+def mb_rand(*spec, lengths="random", dtype=None, device=None, generator=None):
+    """A random MaskedBatch for ``mb_rand(B, (dynamic, size), ...)`` or a
+    random Tensor for ``mb_rand(*shape)``."""
+    if len(spec) == 1 and isinstance(spec[0], (tuple, list)):
+        spec = tuple(spec[0])
+    if _is_batch_spec(spec):
+        examples, dims = _rand_examples(spec, lengths, dtype, device, generator=generator)
+        return MaskedBatch.fromlist(examples, dims)
+    return _rand(tuple(spec), dtype, device, generator)
+
+
+# ------------------------------------------------------------------ outputs
+def _flatten(obj, path="output"):
+    if isinstance(obj, (tuple, list)):
+        out = []
+        for i, o in enumerate(obj):
+            out += _flatten(o, f"{path}[{i}]")
+        return out
+    if isinstance(obj, dict):
+        out = []
+        for k in obj:
+            out += _flatten(obj[k], f"{path}[{k!r}]")
+        return out
+    return [(path, obj)]
+
+
+def _per_example(y, B, path):
+    """Split one batched output leaf into B per-example values."""
+    if isinstance(y, MaskedBatch):
+        return y.examples()
+    if isinstance(y, torch.Tensor):
+        if y.dim() == 0 or y.size(0) not in (1, B):
+            raise AssertionError(
+                f"mb_test: {path} of the batched run is a plain Tensor of shape {tuple(y.shape)}, "
+                f"which has no per-example rows; batch-reduced values (a loss with "
+                f"reduction='mean') cannot be compared per example")
+        return list(y.expand((B,) + tuple(y.shape[1:])).split(1, 0))
+    return [y] * B
+
+
+def _tolerances(dtype, rtol, atol):
+    if rtol is not None and atol is not None:
+        return rtol, atol
+    if dtype == torch.float64:
+        r, a = 1e-7, 1e-9
+    elif dtype in (torch.float16, torch.bfloat16):
+        r, a = 1e-2, 1e-2
+    else:
+        r, a = 1e-4, 1e-5
+    return (r if rtol is None else rtol), (a if atol is None else atol)
+
+
+def _compare(what, expected, got, rtol=None, atol=None):
+    """None if the tensors agree, else a message."""
+    if expected is None and got is None:
+        return None
+    if expected is None:
+        expected = torch.zeros_like(got)
+    if got is None:
+        got = torch.zeros_like(expected)
+    if isinstance(expected, MaskedBatch) or isinstance(got, MaskedBatch):
+        return f"{what}: a per-example run returned a MaskedBatch"
+    if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor):
+        return None if expected == got else f"{what}: expected {expected!r}, got {got!r}"
+    if tuple(expected.shape) != tuple(got.shape):
+        return f"{what}: shape {tuple(got.shape)} in the batched run, {tuple(expected.shape)} per example"
+    if expected.dtype != got.dtype:
+        return f"{what}: dtype {got.dtype} in the batched run, {expected.dtype} per example"
+    if expected.numel() == 0:
+        return None
+    e, g = expected.detach(), got.detach().to(expected.device)
+    if not e.is_floating_point() and not e.is_complex():
+        if torch.equal(e, g):
+            return None
+        idx = (e != g).nonzero()[0].tolist()
+        return f"{what}: differs at index {idx} (batched {g[tuple(idx)].item()}, per-example {e[tuple(idx)].item()})"
+    r, a = _tolerances(e.dtype, rtol, atol)
+    if torch.allclose(g, e, rtol=r, atol=a, equal_nan=True):
+        return None
+    err = (g - e).abs()
+    err = torch.where(torch.isnan(e) & torch.isnan(g), torch.zeros_like(err), err)
+    err = torch.where(torch.isnan(err), torch.full_like(err, float("inf")), err)
+    flat = int(err.reshape(-1).argmax())
+    idx = list(torch.unravel_index(torch.tensor(flat), e.shape)) if e.dim() else []
+    idx = [int(i) for i in idx]
+    return (f"{what}: worst error {err.reshape(-1)[flat].item():.3g} at index {idx} "
+            f"(batched {g[tuple(idx)].item():.6g}, per-example {e[tuple(idx)].item():.6g}; "
+            f"rtol={r}, atol={a})")
+
+
+def mb_assert_allclose(ys, ybs, rtol=None, atol=None):
+    """Assert that per-example outputs ``ys`` (a list, one per example) match
+    the batched output ``ybs``."""
+    B = len(ys)
+    flat_b = _flatten(ybs)
+    errors = []
+    for i, y in enumerate(ys):
+        flat = _flatten(y)
+        if len(flat) != len(flat_b):
+            raise AssertionError(
+                f"mb_test: example {i} returned {len(flat)} outputs, the batch {len(flat_b)}")
+        for (path, ye), (_, yb) in zip(flat, flat_b):
+            got = _per_example(yb, B, path)[i]
+            msg = _compare(f"{path}, example {i}", ye, got, rtol, atol)
+            if msg:
+                errors.append(msg)
+    if errors:
+        raise AssertionError("mb_test: batched and per-example outputs differ:\n  " + "\n  ".join(errors[:10]))
+
+
+def mb_assert(f, xsarr, xbarr, bs, rtol=None, atol=None):
+    """Original-Matchbox form: ``xsarr[k][j]`` is argument k of example j,
+    ``xbarr[k]`` the batched argument k; asserts f agrees per example."""
+    ys = [f(*(xs[j] for xs in xsarr)) for j in range(bs)]
+    ybs = f(*xbarr)
+    mb_assert_allclose(ys, ybs, rtol, atol)
+
+
+# ------------------------------------------------------------------ mb_test
+def _leaf(t, grad):
+    t = t.detach().clone()
+    if grad and (t.is_floating_point() or t.is_complex()):
+        t.requires_grad_(True)
+    return t
+
+
+def _module_params(f, params):
+    if params is not None:
+        return [(f"param{i}", p) for i, p in enumerate(params)]
+    owner = f if isinstance(f, torch.nn.Module) else getattr(f, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        return [(n, p) for n, p in owner.named_parameters() if p.requires_grad]
+    return []
+
+
+def _cotangent_like(y, generator=None):
+    return torch.randn(y.shape, dtype=y.dtype, device=y.device, generator=generator)
+
+
+def _float_leaves(out):
+    return [(p, y) for p, y in _flatten(out)
+            if isinstance(y, (torch.Tensor, MaskedBatch)) and y.requires_grad
+            and y.dtype.is_floating_point]
+
+
+def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
+            rtol=None, atol=None, params=None, seed=None):
+    """Run ``f`` per example and on the batch; assert values (and, unless
+    ``grad=False``, gradients of inputs and parameters) agree.
+
+    ``lengths`` picks the dynamic sizes: ``"random"``, ``"mixed"`` (first
+    example length 1, last the maximum), ``"one"`` or ``"equal"``.
+    ``dtype`` defaults to the dtype of ``f``'s parameters when ``f`` is an
+    ``nn.Module``, else torch's default dtype.  Returns the batched output.
+    """
+    gen = None
+    if seed is not None:
+        gen = torch.Generator().manual_seed(seed)
+    named = _module_params(f, params)
+    if dtype is None:
+        fp = [p for _, p in named if p.is_floating_point()]
+        dtype = fp[0].dtype if fp else torch.get_default_dtype()
+    if device is None:
+        device = named[0][1].device if named else None
+
+    # build inputs: per-example lists and batched values
+    table, per_ex, batched, kinds = {}, [], [], []
+    B = None
+    for k, spec in enumerate(specs):
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            per_ex.append(per_ex[spec]), batched.append(batched[spec]), kinds.append(kinds[spec])
+            continue
+        if isinstance(spec, MaskedBatch):
+            examples, dims = spec.examples(), spec.dims
+            kind = "batch"
+        elif isinstance(spec, torch.Tensor):
+            examples, dims, kind = spec, None, "shared"
+        elif _is_batch_spec(spec):
+            examples, dims = _rand_examples(spec, lengths, dtype, device, table, gen)
+            kind = "batch"
+        elif isinstance(spec, (tuple, list)) and all(isinstance(s, int) for s in spec):
+            examples, dims, kind = _rand(tuple(spec), dtype, device, gen), None, "shared"
+        else:
+            raise ValueError(f"mb_test: cannot read argument spec {k}: {spec!r}")
+        if kind == "batch":
+            if B is not None and len(examples) != B:
+                raise ValueError(f"mb_test: argument {k} has {len(examples)} examples, an earlier one {B}")
+            B = len(examples)
+            ex_leaves = [_leaf(e, grad) for e in examples]
+            b_leaves = [_leaf(e, grad) for e in examples]
+            per_ex.append(ex_leaves)
+            batched.append((MaskedBatch.fromlist(b_leaves, dims), b_leaves))
+        else:
+            shared_e, shared_b = _leaf(examples, grad), _leaf(examples, grad)
+            per_ex.append(shared_e)
+            batched.append((shared_b, shared_b))
+        kinds.append(kind)
+    if B is None:
+        raise ValueError("mb_test needs at least one batch argument spec (B, (dynamic, size), ...)")
+
+    # per-example runs
+    for _, p in named:
+        p.grad = None
+    ys, cots = [], []
+    for j in range(B):
+        args = [x[j] if kind == "batch" else x for x, kind in zip(per_ex, kinds)]
+        y = f(*args)
+        ys.append(y)
+        if grad:
+            leaves = _float_leaves(y)
+            cot = [_cotangent_like(t, gen) for _, t in leaves]
+            cots.append(cot)
+            if leaves:
+                torch.autograd.backward([t for _, t in leaves], cot)
+    param_grads = [None if p.grad is None else p.grad.clone() for _, p in named]
+
+    # batched run
+    for _, p in named:
+        p.grad = None
+    yb = f(*[b[0] for b in batched])
+    mb_assert_allclose(ys, yb, rtol, atol)
+    if not grad:
+        return yb
+
+    leaves = _float_leaves(yb)
+    if leaves:
+        outs, grads = [], []
+        for li, (path, t) in enumerate(leaves):
+            data = t.data if isinstance(t, MaskedBatch) else t
+            g = torch.zeros_like(data)
+            with torch.no_grad():
+                for j in range(B):
+                    c = cots[j][li]
+                    if isinstance(t, MaskedBatch) or data.size(0) == B:
+                        region = g[j:j + 1]
+                        for d in range(1, c.dim()):
+                            region = region.narrow(d, 0, c.size(d))
+                        region.copy_(c)
+                    else:
+                        g += c
+            outs.append(data)
+            grads.append(g)
+        torch.autograd.backward(outs, grads)
+
+    errors = []
+    seen = set()
+    for k, (x, kind) in enumerate(zip(per_ex, kinds)):
+        if id(batched[k][1]) in seen:
+            continue
+        seen.add(id(batched[k][1]))
+        if kind == "batch":
+            for j, (xe, xb) in enumerate(zip(x, batched[k][1])):
+                if xe.requires_grad:
+                    msg = _compare(f"gradient of argument {k}, example {j}", xe.grad, xb.grad, rtol, atol)
+                    if msg:
+                        errors.append(msg)
+        elif x.requires_grad:
+            msg = _compare(f"gradient of shared argument {k}", x.grad, batched[k][1].grad, rtol, atol)
+            if msg:
+                errors.append(msg)
+    for (name, p), ge in zip(named, param_grads):
+        msg = _compare(f"gradient of parameter {name}", ge, p.grad, rtol, atol)
+        if msg:
+            errors.append(msg)
+    if errors:
+        raise AssertionError("mb_test: batched and per-example gradients differ:\n  " + "\n  ".join(errors[:10]))
+    return yb
