@@ -19,6 +19,9 @@ from . import _lanes
 
 __all__ = ["MaskedBatch", "mask_from_lengths"]
 
+# torch callable -> rule; filled by matchbox.ops (see ops/_registry.py)
+RULES = {}
+
 _NO_HOST_VALUE = (
     "cannot turn a MaskedBatch into a single Python value: each example has "
     "its own. Put per-example control flow under @matchbox.batch, or reduce "
@@ -113,8 +116,11 @@ class MaskedBatch:
     # ------------------------------------------------------------ dispatch
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        from .ops._registry import lookup
-        return lookup(func)(*args, **(kwargs or {}))
+        rule = RULES.get(func)
+        if rule is None:
+            from .ops._registry import lookup
+            rule = lookup(func)  # raises, naming the op
+        return rule(*args, **(kwargs or {}))
 
     def __getattr__(self, name):
         # Only reached for names the class does not define: Tensor methods

@@ -128,6 +128,8 @@ def _compare(what, expected, got, rtol=None, atol=None):
         return f"{what}: a per-example run returned a MaskedBatch"
     if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor):
         return None if expected == got else f"{what}: expected {expected!r}, got {got!r}"
+    if expected.dim() == 0 and tuple(got.shape) == (1,):
+        got = got.reshape(())  # a full reduction: per example 0-dim, batched one per example
     if tuple(expected.shape) != tuple(got.shape):
         return f"{what}: shape {tuple(got.shape)} in the batched run, {tuple(expected.shape)} per example"
     if expected.dtype != got.dtype:
@@ -277,7 +279,9 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
             cot = [_cotangent_like(t, gen) for _, t in leaves]
             cots.append(cot)
             if leaves:
-                torch.autograd.backward([t for _, t in leaves], cot)
+                # clones: autograd may keep a cotangent (or a view of it) as
+                # a leaf's .grad and accumulate into it in place later
+                torch.autograd.backward([t for _, t in leaves], [c.clone() for c in cot])
     param_grads = [None if p.grad is None else p.grad.clone() for _, p in named]
 
     # batched run

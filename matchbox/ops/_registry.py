@@ -14,7 +14,7 @@ once at import time and never mutated afterwards.
 """
 import torch
 
-from ..core import MaskedBatch, real_mask
+from ..core import RULES, MaskedBatch, real_mask
 
 __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
@@ -22,7 +22,6 @@ __all__ = [
     "tensor_methods",
 ]
 
-RULES = {}
 _INSTALLED = set()
 _TENSOR_NAMES = None
 

@@ -1,1 +1,408 @@
-"""(rules to come)"""
+"""Indexing: ``x[...]``, ``x[...] = v``, select, narrow, gather, index_select.
+
+Every index means what it means for one example:
+
+- ``x[:, i]`` with an int: on a static dim a plain select; on a dynamic dim a
+  negative ``i`` counts from each example's own end (``len_b + i``);
+- slices on a dynamic dim use each example's own length for negative or
+  missing bounds (``x[:, :-1]``, ``x[:, 1:]``, ``x[:, -3:]``); a negative
+  start shifts each example differently, so it is a gather.  A step must be
+  positive (as in PyTorch; use ``flip`` to reverse);
+- a MaskedBatch of per-example ints ``idx`` (each example a Tensor with its
+  leading 1, e.g. shape ``(1,)``) is PyTorch advanced indexing per example:
+  ``x[:, idx]`` has per-example shape ``(1, 1, ...)`` (the index's shape
+  replaces the indexed dim);
+- ``None`` and ``...`` as usual.  Dimension 0 (each example's leading 1) can
+  only be kept (``:``) or follow a ``None``.
+
+Out-of-range indices raise ``IndexError`` only for entries that are real and
+in active lanes (``real_mask``); padding and dormant lanes may hold anything
+and are clamped.  Results of a gather are masked with ``where`` at entries
+that are not real, so gradients arriving there never reach real inputs.
+
+``x[...] = v`` replaces ``x.data`` out of place (``x.data`` becomes a new
+Tensor; earlier views of it do not see the write) and writes only the real
+entries of active lanes.
+"""
+import torch
+
+from .._lanes import active_lanes
+from ._registry import RULES, align, is_mb, new, real_mask, register
+from .shape import _as_batch, _unsqueeze, canon_mask, gather_line, lanes_present, pe_dim
+
+T = torch.Tensor
+
+
+def _reg(*funcs):
+    seen = []
+    for f in funcs:
+        if f is not None and f not in seen and f not in RULES:
+            seen.append(f)
+    return register(*seen)
+
+
+# ------------------------------------------------------------------ the gather core
+def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
+    """Per example b, the entries ``index[b, :]`` along dim ``p`` of ``x``;
+    dim ``p`` is replaced by dims of sizes ``shape`` (``()`` drops it).
+
+    ``index`` is a long ``(B, K)`` with ``K = prod(shape)``; ``idx_mask``
+    a bool mask broadcastable to ``(B,) + shape`` marking real index
+    entries (None: all real); ``idx_dims`` the dynamic flags of ``shape``.
+    """
+    B = x.data.size(0)
+    length = x._lengths(p)[:, None]
+    orig = index
+    if negative:
+        index = torch.where(index < 0, index + length, index)
+    bad = (index < 0) | (index >= length)
+    check = lanes_present(x)
+    check = None if check is None else check[:, None].expand_as(index)
+    if idx_mask is not None:
+        im = idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
+        check = im if check is None else check & im
+    hit = bad if check is None else bad & check
+    if bool(hit.any()):
+        b, k = (int(i) for i in hit.nonzero()[0])
+        raise IndexError(
+            f"{op}: index {int(orig[b, k])} is out of range for dimension {p} of example {b}, "
+            f"which has size {int(length[b, 0])}")
+    index = torch.where(bad, torch.zeros_like(index), index)
+    data = gather_line(x.data, p, index)
+    if check is not None:
+        keep = (~bad & check).view([B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.data.dim() - p - 1))
+        data = torch.where(keep, data, torch.zeros((), dtype=data.dtype, device=data.device))
+    data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
+    dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
+    mask = x._mask
+    if mask is not None:
+        if x.dims[p - 1]:
+            mask = mask.any(p, keepdim=True)
+        mask = mask.reshape(mask.shape[:p] + (1,) * len(shape) + mask.shape[p + 1:])
+    if idx_mask is not None:
+        im = idx_mask.reshape((B,) + (1,) * (p - 1) + tuple(idx_mask.shape[1:])
+                              + (1,) * (x.data.dim() - p - 1))
+        mask = im if mask is None else mask & im
+    return new(data, canon_mask(mask, data.shape, dims), dims)
+
+
+def _per_example_index(x, p, idx, op, negative=True):
+    """``x`` indexed along ``p`` by a MaskedBatch of per-example ints
+    (advanced indexing: the index's per-example shape replaces dim ``p``)."""
+    if idx.dtype.is_floating_point or idx.dtype == torch.bool:
+        raise IndexError(f"{op}: a MaskedBatch index must hold integers, got {idx.dtype}")
+    data = idx.data.long()
+    shape = (1,) + tuple(data.shape[1:])
+    m = idx._mask
+    im = None if m is None else m.unsqueeze(1)
+    return take(x, p, data.reshape(data.size(0), -1), shape, op, im,
+                (False,) + idx.dims, negative)
+
+
+def _shared_index(x, p, t, op, negative=True):
+    """``x`` indexed along ``p`` by one integer Tensor shared by every example."""
+    if t.dtype == torch.bool:
+        raise NotImplementedError(
+            f"{op}: boolean-mask indexing gives each example a different number of entries; "
+            f"matchbox cannot batch it. Use torch.where(mask, x, fill) to keep the shape.")
+    if not x.dims[p - 1] or x._mask is None:
+        idx = (slice(None),) * p + (t,)
+        mask = x._mask
+        if mask is not None:
+            mask = mask.reshape(mask.shape[:p] + (1,) * t.dim() + mask.shape[p + 1:])
+        return new(x.data[idx], mask, x.dims[:p - 1] + (False,) * t.dim() + x.dims[p:])
+    flat = t.reshape(1, -1).expand(x.data.size(0), -1)
+    return take(x, p, flat, tuple(t.shape), op, negative=negative)
+
+
+def _int_index(x, p, i, op):
+    if x.dims[p - 1] and x._mask is not None:
+        index = torch.full((x.data.size(0), 1), i, dtype=torch.long, device=x.data.device)
+        return take(x, p, index, (), op)
+    mask = None if x._mask is None else x._mask.select(p, 0)
+    return new(x.data.select(p, i), mask, x.dims[:p - 1] + x.dims[p:])
+
+
+def _bound(v, default, length):
+    if v is None:
+        return default
+    v = torch.as_tensor(int(v), device=length.device)
+    return torch.where(v < 0, (length + v).clamp(min=0), torch.minimum(v, length))
+
+
+def _slice(x, p, s, op):
+    step = 1 if s.step is None else int(s.step)
+    if step <= 0:
+        raise ValueError(f"{op}: slice step must be positive (as in PyTorch); use x.flip(d) to reverse")
+    if not x.dims[p - 1] or x._mask is None:
+        return new(x.data[(slice(None),) * p + (s,)], x._mask, x.dims)
+    length = x._lengths(p)
+    start = _bound(s.start, torch.zeros_like(length), length)
+    stop = _bound(s.stop, length, length)
+    count = ((stop - start + step - 1) // step).clamp(min=0)
+    if s.start is None or int(s.start) >= 0:  # the same start for every example
+        data = x.data[(slice(None),) * p + (slice(s.start, None, step),)]
+    else:
+        K = int(count.max())
+        pos = start[:, None] + torch.arange(K, device=length.device) * step
+        valid = torch.arange(K, device=length.device) < count[:, None]
+        data = gather_line(x.data, p, torch.where(valid, pos, torch.zeros_like(pos)))
+        view = [length.size(0)] + [1] * (p - 1) + [K] + [1] * (x.data.dim() - p - 1)
+        data = torch.where(valid.view(view), data, torch.zeros((), dtype=data.dtype, device=data.device))
+    K = data.size(p)
+    prefix = torch.arange(K, device=length.device) < count[:, None]
+    prefix = prefix.view([length.size(0)] + [1] * (p - 1) + [K] + [1] * (x.data.dim() - p - 1))
+    mask = prefix & x._mask.any(p, keepdim=True)
+    return new(data, canon_mask(mask, data.shape, x.dims), x.dims)
+
+
+# ------------------------------------------------------------------ x[...]
+def _items(index, n):
+    if not isinstance(index, tuple):
+        index = (index,)
+    items = []
+    for it in index:
+        if isinstance(it, bool) or (isinstance(it, torch.Tensor) and it.dtype == torch.bool):
+            raise NotImplementedError(
+                "boolean-mask indexing gives each example a different number of entries; "
+                "matchbox cannot batch it. Use torch.where(mask, x, fill) to keep the shape.")
+        if isinstance(it, torch.Tensor) and it.dim() == 0 and not it.is_floating_point():
+            it = int(it)
+        elif isinstance(it, (list, range)):
+            it = torch.as_tensor(list(it), dtype=torch.long)
+        items.append(it)
+    used = sum(1 for it in items if it is not None and it is not Ellipsis)
+    if used > n:
+        raise IndexError(f"too many indices ({used}) for examples with {n} dims")
+    ell = [k for k, it in enumerate(items) if it is Ellipsis]
+    if len(ell) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if ell:
+        k = ell[0]
+        items[k:k + 1] = [slice(None)] * (n - used)
+    advanced = [it for it in items if isinstance(it, torch.Tensor) or is_mb(it)]
+    if len(advanced) > 1:
+        raise NotImplementedError(
+            "indexing a MaskedBatch with more than one Tensor/MaskedBatch index is not supported; "
+            "index one dimension at a time (x[:, i][:, j])")
+    return items
+
+
+@_reg(T.__getitem__)
+def getitem(x, index):
+    if not is_mb(x):
+        return _index_shared_tensor(x, index)
+    op = "x[...]"
+    items = _items(index, x.data.dim())
+    p = 0
+    for it in items:
+        if p == 0:
+            if it is None:
+                x = _unsqueeze(x, 1)
+            elif not (isinstance(it, slice) and len(range(*it.indices(1))) == 1):
+                raise ValueError(
+                    f"{op}: index {it!r} on dimension 0 would change each example's leading 1 "
+                    f"(the batch dimension); keep it with ':' and index per-example dims, "
+                    f"e.g. x[:, i]")
+            p = 1
+        elif it is None:
+            x = _unsqueeze(x, p)
+            p += 1
+        elif isinstance(it, int):
+            x = _int_index(x, p, it, op)
+        elif isinstance(it, slice):
+            x = _slice(x, p, it, op)
+            p += 1
+        elif is_mb(it):
+            x = _per_example_index(x, p, it, op)
+            p += it.data.dim()
+        elif isinstance(it, torch.Tensor):
+            if it.is_floating_point():
+                raise IndexError(f"{op}: tensors used as indices must be integer, got {it.dtype}")
+            x = _shared_index(x, p, it.to(x.data.device), op)
+            p += it.dim()
+        else:
+            raise TypeError(f"{op}: unsupported index {it!r}")
+    return x
+
+
+def _index_shared_tensor(t, index):
+    """A plain Tensor (shared by every example) indexed by a per-example
+    MaskedBatch in front: ``table[idx]`` or ``table[idx, ...]``."""
+    items = index if isinstance(index, tuple) else (index,)
+    idx, rest = items[0], items[1:]
+    if not is_mb(idx) or any(is_mb(i) or isinstance(i, torch.Tensor) for i in rest):
+        raise NotImplementedError(
+            "indexing a plain Tensor with a MaskedBatch is supported only as table[idx] or "
+            "table[idx, ...] (the per-example index first, basic indices after)")
+    if idx.dtype.is_floating_point or idx.dtype == torch.bool:
+        raise IndexError(f"a MaskedBatch index must hold integers, got {idx.dtype}")
+    n = t.size(0)
+    raw = idx.data.long()
+    i = torch.where(raw < 0, raw + n, raw)
+    bad = (i < 0) | (i >= n)
+    m = real_mask(idx)
+    hit = bad if m is None else bad & m
+    if bool(hit.any()):
+        k = tuple(int(j) for j in hit.nonzero()[0])
+        raise IndexError(f"index {int(raw[k])} is out of range for dimension 0 with size {n} "
+                         f"(example {k[0]})")
+    i = torch.where(bad, torch.zeros_like(i), i)
+    data = t[(i,) + tuple(rest)]
+    if m is not None:
+        keep = m.expand(i.shape).reshape(i.shape + (1,) * (data.dim() - i.dim()))
+        data = torch.where(keep, data, torch.zeros((), dtype=data.dtype, device=data.device))
+    dims = idx.dims + (False,) * (data.dim() - i.dim())
+    mask = idx._mask
+    if mask is not None:
+        mask = mask.reshape(mask.shape + (1,) * (data.dim() - i.dim()))
+    return new(data, mask, dims)
+
+
+# ------------------------------------------------------------------ x[...] = v
+@_reg(T.__setitem__)
+def setitem(x, index, value):
+    """``x[index] = value`` per example, out of place on ``x.data``; only
+    real entries of active lanes are written."""
+    if not is_mb(x):
+        raise NotImplementedError(
+            "assigning per-example values (a MaskedBatch) into a plain Tensor would write every "
+            "example into the same shared Tensor; make the target a MaskedBatch, e.g. "
+            "out = x.batch_zeros(...), then out[:, i] = v")
+    pos = torch.arange(x.data.numel(), device=x.data.device).view(x.data.shape)
+    sel = getitem(new(pos, x._mask, x.dims), index)
+    value = value if isinstance(value, (torch.Tensor,)) or is_mb(value) else torch.as_tensor(
+        value, dtype=x.dtype, device=x.data.device)
+    (spos, v), mask, _ = align((sel, value), "x[...] = v")
+    shape = torch.broadcast_shapes(spos.shape, v.shape)
+    if tuple(shape) != tuple(spos.shape):
+        raise ValueError(f"x[...] = v: a value of padded shape {tuple(v.shape)} does not fit "
+                         f"the indexed entries' padded shape {tuple(spos.shape)}")
+    v = v.to(x.dtype).expand(shape)
+    lanes = active_lanes()
+    if lanes is not None:
+        lv = lanes.view((-1,) + (1,) * (len(shape) - 1))
+        mask = lv if mask is None else mask & lv
+    if mask is None:
+        where, vals = spos.reshape(-1), v.reshape(-1)
+    else:
+        mask = mask.expand(shape)
+        where, vals = spos[mask], v[mask]
+    flat = x.data.reshape(-1).index_put((where,), vals)
+    x.data = flat.view(x.data.shape)
+
+
+# ------------------------------------------------------------------ select / narrow
+@_reg(torch.select, T.select)
+def select(x, dim, index):
+    return getitem(x, (slice(None),) * pe_dim(x, dim, "select") + (int(index),))
+
+
+@_reg(torch.narrow, T.narrow)
+def narrow(x, dim, start, length):
+    """Per-example narrow; on a dynamic dim every (real, active) example must
+    hold ``start + length`` entries, and the result dim is static."""
+    d = pe_dim(x, dim, "narrow")
+    start, length = int(start), int(length)
+    dims = x.dims[:d - 1] + (False,) + x.dims[d:]
+    if not x.dims[d - 1] or x._mask is None:
+        return new(x.data.narrow(d, start, length), x._mask, dims)
+    stop = start + length
+    y = _slice(x, d, slice(start, stop if stop != 0 or start >= 0 else None), "narrow")
+    got = y._lengths(d)
+    check = lanes_present(x)
+    bad = got != length if check is None else (got != length) & check
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0])
+        raise IndexError(f"narrow({dim}, {start}, {length}): example {b} has only "
+                         f"{int(x._lengths(d)[b])} entries along dimension {d}")
+    data = y.data.narrow(d, 0, length) if y.data.size(d) >= length else y.data
+    mask = y._mask.narrow(d, 0, min(length, y._mask.size(d))).all(d, keepdim=True)
+    return new(data, canon_mask(mask, data.shape, dims), dims)
+
+
+# ------------------------------------------------------------------ gather / index_select
+@_reg(torch.gather, T.gather)
+def gather(input, dim, index, *, sparse_grad=False):
+    """``torch.gather`` per example; the result has the index's per-example
+    shape and mask."""
+    ref = index if is_mb(index) else input
+    x = _as_batch(input, ref, "gather")
+    d = pe_dim(x, dim, "gather")
+    if is_mb(index):
+        ix, im, dims = index.data.long(), real_mask(index), index.dims
+        idx_b = index
+    else:
+        ix = _as_batch(index, x, "gather").data.long()
+        im, dims, idx_b = None, (False,) * (ix.dim() - 1), None
+    if ix.dim() != x.data.dim():
+        raise ValueError(f"gather: index examples have {ix.dim()} dims, input examples {x.data.dim()}")
+    B = x.data.size(0)
+    present = lanes_present(x)
+    for j in range(1, ix.dim()):
+        if j != d:
+            li = idx_b._lengths(j) if idx_b is not None else torch.full_like(x._lengths(j), ix.size(j))
+            lx = x._lengths(j)
+            over = li > lx if present is None else (li > lx) & present
+            if bool(over.any()):
+                raise ValueError(f"gather: index is larger than input along dimension {j} "
+                                 f"({li.tolist()} vs {lx.tolist()})")
+    length = x._lengths(d).view([B] + [1] * (ix.dim() - 1))
+    bad = (ix < 0) | (ix >= length)
+    check = None if present is None else present.view([B] + [1] * (ix.dim() - 1))
+    if im is not None:
+        check = im if check is None else check & im
+    hit = bad if check is None else bad & check
+    if bool(hit.any()):
+        k = tuple(int(i) for i in hit.nonzero()[0])
+        raise IndexError(f"gather: index {int(ix[k])} is out of range for dimension {d} of "
+                         f"example {k[0]}, which has size {int(length.reshape(-1)[k[0]])}")
+    ix = torch.where(bad, torch.zeros_like(ix), ix)
+    data = x.data
+    grow = [max(0, ix.size(j) - data.size(j)) for j in range(ix.dim())]
+    if any(g for j, g in enumerate(grow) if j != d):
+        from ._registry import _pad_dim
+        for j in range(1, ix.dim()):
+            if j != d and grow[j]:
+                data = _pad_dim(data, j, ix.size(j))
+    out = torch.gather(data, d, ix, sparse_grad=sparse_grad)
+    if check is not None:
+        out = torch.where(check & ~bad, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    mask = None if idx_b is None else idx_b._mask
+    lp = lanes_present(x, False)
+    if lp is not None:
+        lp = lp.view([B] + [1] * (ix.dim() - 1))
+        mask = lp if mask is None else mask & lp
+    return new(out, canon_mask(mask, out.shape, dims), dims)
+
+
+@_reg(torch.index_select, T.index_select)
+def index_select(input, dim, index):
+    """``torch.index_select`` per example: ``index`` a 1-D Tensor shared by
+    every example, or a MaskedBatch of one int per example (data ``(B,)``)."""
+    x = input if is_mb(input) else _as_batch(input, index, "index_select")
+    d = pe_dim(x, dim, "index_select")
+    if is_mb(index):
+        if index.data.dim() != 1:
+            raise ValueError(
+                "index_select: a per-example index must be 1-D per example, i.e. a MaskedBatch "
+                f"with data (B,); got data of shape {tuple(index.data.shape)}")
+        return _per_example_index(x, d, index, "index_select", negative=False)
+    if index.dim() > 1:
+        raise ValueError("index_select: index must be a 1-D Tensor")
+    index = index.reshape(-1).to(x.data.device)
+    if x.dims[d - 1] and x._mask is not None:
+        return _shared_index(x, d, index, "index_select", negative=False)
+    return new(x.data.index_select(d, index), x._mask, x.dims)
+
+
+@_reg(torch.masked_select, T.masked_select)
+def masked_select(input, mask):
+    raise NotImplementedError(
+        "masked_select returns a different number of entries for each example, so matchbox "
+        "cannot batch it. Use torch.where(mask, x, fill) to keep the shape, or a reduction "
+        "over the masked entries.")
+
+
+__all__ = ["getitem", "setitem", "take", "gather", "index_select", "select", "narrow",
+           "masked_select"]

@@ -1,1 +1,374 @@
-"""(rules to come)"""
+"""Losses: cross_entropy, nll_loss, and the elementwise losses (mse_loss,
+l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy(_with_logits),
+kl_div).
+
+Layouts follow torch for one example (which has its leading 1):
+
+- ``cross_entropy`` / ``nll_loss``: the class dimension is dimension 1 and
+  must be static.  A classifier gives logits ``(1, C)`` and target ``(1,)``;
+  a sequence model gives logits ``(1, C, n)`` and target ``(1, n)`` (move the
+  class dimension with ``logits.transpose(1, 2)``; the usual
+  ``logits.view(-1, C)`` flattening cannot be done on a dynamic dimension,
+  and is not needed).  Probability targets (float, shaped like the input)
+  work too.
+- elementwise losses: input and target broadcast as in pointwise ops.
+
+``reduction='none'`` returns a MaskedBatch (one loss per example and
+position).  ``'mean'`` and ``'sum'`` return a plain scalar Tensor computed
+over real entries only, equal to the same statistic over the concatenated
+examples (e.g. the mean over all real tokens of all examples; with
+``weight``, torch's weighted mean over all real entries).  Non-real entries
+(padding, dormant lanes) get an ignored target or a safe value via
+``where`` and contribute exactly zero to values and gradients.
+"""
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn import _reduction as _Reduction
+
+from .._lanes import active_lanes
+from ._registry import align, is_mb, new, register
+
+__all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
+           "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"]
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduction(reduction, size_average, reduce, opname, extra=()):
+    if size_average is not None or reduce is not None:
+        reduction = _Reduction.legacy_get_string(size_average, reduce)
+    if reduction not in _REDUCTIONS + tuple(extra):
+        raise ValueError(
+            f"{opname}: reduction must be one of {_REDUCTIONS + tuple(extra)}, got {reduction!r}")
+    return reduction
+
+
+def _with_lanes(mask, ndim):
+    """``mask`` combined with the active SIMT lanes (None if all real)."""
+    lanes = active_lanes()
+    if lanes is None:
+        return mask
+    lanes = lanes.view((-1,) + (1,) * (ndim - 1))
+    return lanes if mask is None else mask & lanes
+
+
+def _no_mb(opname, **kwargs):
+    for name, v in kwargs.items():
+        if is_mb(v):
+            raise NotImplementedError(
+                f"{opname}: a MaskedBatch as {name} is not supported (give a plain Tensor)")
+
+
+# ------------------------------------------------------------------ class losses
+class _Operand:
+    """A MaskedBatch or plain Tensor lined up on the batch dimension."""
+
+    def __init__(self, x, B, what, opname):
+        if is_mb(x):
+            if x.data.size(0) != B:
+                raise ValueError(f"{opname}: batch sizes differ ({B} vs {x.data.size(0)})")
+            self.data, self.mask, self.dims, self.mb = x.data, x._mask, tuple(x.dims), x
+        elif isinstance(x, torch.Tensor):
+            if x.dim() == 0 or x.size(0) not in (1, B):
+                raise ValueError(
+                    f"{opname}: the {what} is a plain Tensor of shape {tuple(x.shape)}; next to a "
+                    f"MaskedBatch of {B} examples it must have leading size 1 (shared) or {B}")
+            self.data = x.expand((B,) + tuple(x.shape[1:])) if x.size(0) != B else x
+            self.mask, self.dims, self.mb = None, (False,) * (x.dim() - 1), None
+        else:
+            raise TypeError(f"{opname}: the {what} must be a Tensor or MaskedBatch, got {type(x).__name__}")
+
+    def lengths(self, d):
+        if self.mb is not None:
+            return self.mb._lengths(d)
+        return torch.full((self.data.size(0),), self.data.size(d), dtype=torch.long,
+                          device=self.data.device)
+
+    def narrow(self, d, n):
+        if self.data.size(d) == n:
+            return
+        self.data = self.data.narrow(d, 0, n)
+        if self.mask is not None and self.mask.size(d) != 1:
+            self.mask = self.mask.narrow(d, 0, n)
+
+
+def _canonical(mask, shape, dims):
+    if mask is None:
+        return None
+    want = [shape[0]] + [s if d else 1 for s, d in zip(shape[1:], dims)]
+    for i in range(1, len(want)):
+        if want[i] == 1 and mask.size(i) != 1:
+            mask = mask.any(i, keepdim=True)
+    return mask.expand(want)
+
+
+def _line_up_spatial(x, t, opname):
+    """Check that the spatial dims (input dims 2.., target dims 1..) agree
+    per example and cut their data to a common padded size."""
+    for i in range(t.data.dim() - 1):
+        dx, dt = i + 2, i + 1
+        if not (x.dims[dx - 1] or t.dims[dt - 1]):
+            if x.data.size(dx) != t.data.size(dt):
+                raise ValueError(
+                    f"{opname}: input dimension {dx} has size {x.data.size(dx)} but target "
+                    f"dimension {dt} has size {t.data.size(dt)}")
+            continue
+        lx, lt = x.lengths(dx), t.lengths(dt)
+        if not torch.equal(lx, lt):
+            raise ValueError(
+                f"{opname}: per-example sizes differ between input dimension {dx} and target "
+                f"dimension {dt}: {lx.tolist()} vs {lt.tolist()}")
+        n = min(x.data.size(dx), t.data.size(dt))
+        x.narrow(dx, n)
+        t.narrow(dt, n)
+
+
+def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **extra):
+    _no_mb(opname, weight=weight)
+    B = (input if is_mb(input) else target).data.size(0)
+    x = _Operand(input, B, "input", opname)
+    t = _Operand(target, B, "target", opname)
+    if x.data.dim() < 2:
+        raise ValueError(
+            f"{opname}: per example the input must be (1, C) or (1, C, d_1, ...) with the classes "
+            f"in dimension 1; got a batch with no per-example dimensions")
+    if x.dims[0]:
+        raise ValueError(
+            f"{opname}: the class dimension (dimension 1 of the input) is dynamic; it must be "
+            f"static. For a sequence, put classes in dimension 1: (1, C, n) logits with a (1, n) "
+            f"target, e.g. F.{opname}(logits.transpose(1, 2), target)")
+    zero = torch.zeros((), dtype=x.data.dtype, device=x.data.device)
+
+    if t.data.dim() == x.data.dim() and t.data.is_floating_point():
+        # class probabilities, shaped like the input
+        datas, mask, dims = align((_as_mb(x), _as_mb(t)), opname)
+        if dims[0]:
+            raise ValueError(f"{opname}: the class dimension of the target is dynamic; it must be static")
+        pos = None if mask is None else mask.squeeze(1)
+        real = _with_lanes(pos, datas[0].dim() - 1)
+        xd, td = datas
+        if real is not None:
+            r1 = real.unsqueeze(1)
+            xd = torch.where(r1, xd, zero)
+            td = torch.where(r1, td, torch.zeros((), dtype=td.dtype, device=td.device))
+        loss = fn(xd, td, weight, ignore_index=ignore_index, reduction="none", **extra)
+        out_dims = dims[1:]
+        if reduction == "none":
+            return new(loss, _canonical(pos, loss.shape, out_dims), out_dims)
+        if real is not None:
+            loss = torch.where(real, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+        total = loss.sum()
+        if reduction == "sum":
+            return total
+        count = loss.numel() if real is None else real.expand(loss.shape).sum()
+        return total / count
+
+    if t.data.dim() != x.data.dim() - 1:
+        raise ValueError(
+            f"{opname}: per example the target must have one dimension fewer than the input "
+            f"(class indices) or the input's shape (class probabilities); got input with "
+            f"{x.data.dim()} and target with {t.data.dim()} dimensions (leading 1 included)")
+    _line_up_spatial(x, t, opname)
+    pos = x.mask.squeeze(1) if x.mask is not None else None
+    if t.mask is not None:
+        pos = t.mask if pos is None else pos & t.mask
+    out_dims = tuple(a or b for a, b in zip(x.dims[1:], t.dims))
+    real = _with_lanes(pos, t.data.dim())
+    xd, td = x.data, t.data
+    if real is not None:
+        xd = torch.where(real.unsqueeze(1), xd, zero)
+        td = torch.where(real, td, torch.full((), ignore_index, dtype=td.dtype, device=td.device))
+    out = fn(xd, td, weight, ignore_index=ignore_index, reduction=reduction, **extra)
+    if reduction != "none":
+        return out
+    return new(out, _canonical(pos, out.shape, out_dims), out_dims)
+
+
+def _as_mb(op):
+    return op.mb if op.mb is not None else new(op.data, None, op.dims)
+
+
+@register(F.cross_entropy)
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """``F.cross_entropy`` with the class dimension at dimension 1 (per
+    example ``(1, C)`` / ``(1, C, n, ...)``); target class indices
+    ``(1,)`` / ``(1, n, ...)`` or probabilities shaped like the input.
+    ``'mean'``/``'sum'`` reduce over the real entries of all examples."""
+    reduction = _reduction(reduction, size_average, reduce, "cross_entropy")
+    return _class_loss("cross_entropy", F.cross_entropy, input, target, weight, ignore_index,
+                       reduction, label_smoothing=label_smoothing)
+
+
+def _nll(input, target, weight=None, ignore_index=-100, reduction="mean"):
+    return F.nll_loss(input, target, weight, ignore_index=ignore_index, reduction=reduction)
+
+
+@register(F.nll_loss)
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
+             reduce=None, reduction="mean"):
+    """``F.nll_loss``; layouts as for :func:`cross_entropy` (class indices)."""
+    reduction = _reduction(reduction, size_average, reduce, "nll_loss")
+    return _class_loss("nll_loss", _nll, input, target, weight, ignore_index, reduction)
+
+
+# ------------------------------------------------------------------ elementwise losses
+def _elementwise(opname, fn, operands, reduction, safe=(0.0, 0.0), weighted_mean_by=None,
+                 extra_reduce=None, always_safe=False):
+    """``fn(*datas)`` gives the unreduced loss of the aligned ``operands``
+    (input, target[, weight]).  ``safe`` gives the values non-real entries
+    of input and target take before a batch reduction (and, for ops whose
+    derivative is not finite everywhere, before any computation).
+    ``weighted_mean_by``: index of an operand whose real sum divides the
+    total for ``'mean'`` (torch's weighted mse/l1), else the count of real
+    entries.  ``extra_reduce``: {name: divisor(B)} for extra reductions."""
+    ops = [o for o in operands if o is not None]
+    datas, mask, dims = align(ops, opname)
+    shape = torch.broadcast_shapes(*[d.shape for d in datas if isinstance(d, torch.Tensor)])
+    real = _with_lanes(mask, len(shape))
+    if reduction == "none" and not always_safe:
+        return new(fn(*datas), mask, dims)
+    if real is not None:
+        fixed = []
+        for i, d in enumerate(datas):
+            if isinstance(d, torch.Tensor) and i < len(safe) and is_mb(ops[i]):
+                d = torch.where(real, d, torch.full((), safe[i], dtype=d.dtype, device=d.device))
+            fixed.append(d)
+        datas = fixed
+    loss = fn(*datas)
+    if reduction == "none":
+        return new(loss, mask, dims)
+    if real is not None:
+        loss = torch.where(real, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    if extra_reduce and reduction in extra_reduce:
+        return total / extra_reduce[reduction](shape[0])
+    if weighted_mean_by is not None:
+        w = datas[weighted_mean_by]
+        w = w.expand(shape)
+        if real is not None:
+            w = torch.where(real, w, torch.zeros((), dtype=w.dtype, device=w.device))
+        return total / w.sum()
+    count = loss.numel() if real is None else real.expand(shape).sum()
+    return total / count
+
+
+def _check_weight_like_input(opname, input, weight):
+    if weight is None or is_mb(weight):
+        return
+    ref = input.data if is_mb(input) else input
+    if tuple(weight.shape[1:]) != tuple(ref.shape[1:]) or (is_mb(input) and any(input.dims)):
+        raise ValueError(
+            f"{opname}: weight must have the input's size per example; with a MaskedBatch "
+            f"input that has dynamic dims, give the weight as a MaskedBatch")
+
+
+def _weighted_pointwise(opname, base):
+    """mse_loss / l1_loss: unweighted by ``base``; torch's weighted form is
+    ``sum(w * err) / sum(w)`` for ``'mean'``."""
+    def rule(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+        reduction = _reduction(reduction, size_average, reduce, opname)
+        if weight is None:
+            return _elementwise(opname, lambda a, b: base(a, b, reduction="none"),
+                                (input, target), reduction)
+        _check_weight_like_input(opname, input, weight)
+        return _elementwise(opname, lambda a, b, w: base(a, b, reduction="none") * w,
+                            (input, target, weight), reduction, safe=(0.0, 0.0, 0.0),
+                            weighted_mean_by=2)
+    rule.__name__ = opname
+    rule.__doc__ = (f"``F.{opname}``; ``'mean'``/``'sum'`` reduce over the real entries of all "
+                    f"examples (weighted: sum(w*err)/sum(w) over real entries).")
+    return rule
+
+
+def _dropped_kwarg(func, name, depth=12):
+    """The value of argument ``name`` in the nearest active call of the
+    Python function ``func`` up the stack, or None."""
+    code = getattr(func, "__code__", None)
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None or code is None:
+            return None
+        if frame.f_code is code:
+            return frame.f_locals.get(name)
+        frame = frame.f_back
+    return None
+
+
+mse_loss = register(F.mse_loss)(_weighted_pointwise("mse_loss", F.mse_loss))
+_l1_rule = _weighted_pointwise("l1_loss", F.l1_loss)
+
+
+@register(F.l1_loss)
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    # torch's F.l1_loss does not forward ``weight`` to __torch_function__
+    # overrides; read it from the F.l1_loss call itself rather than silently
+    # computing the unweighted loss.
+    if weight is None:
+        weight = _dropped_kwarg(F.l1_loss, "weight")
+    return _l1_rule(input, target, size_average, reduce, reduction, weight)
+
+
+l1_loss.__doc__ = _l1_rule.__doc__
+
+
+@register(F.smooth_l1_loss)
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    reduction = _reduction(reduction, size_average, reduce, "smooth_l1_loss")
+    return _elementwise("smooth_l1_loss",
+                        lambda a, b: F.smooth_l1_loss(a, b, reduction="none", beta=beta),
+                        (input, target), reduction)
+
+
+@register(F.huber_loss)
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    reduction = _reduction(reduction, None, None, "huber_loss")
+    if weight is None:
+        return _elementwise("huber_loss",
+                            lambda a, b: F.huber_loss(a, b, reduction="none", delta=delta),
+                            (input, target), reduction)
+    _check_weight_like_input("huber_loss", input, weight)
+    # torch: mean(w * loss) over all entries
+    return _elementwise("huber_loss",
+                        lambda a, b, w: F.huber_loss(a, b, reduction="none", delta=delta) * w,
+                        (input, target, weight), reduction, safe=(0.0, 0.0, 0.0))
+
+
+@register(F.binary_cross_entropy_with_logits)
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction="mean", pos_weight=None):
+    reduction = _reduction(reduction, size_average, reduce, "binary_cross_entropy_with_logits")
+    _no_mb("binary_cross_entropy_with_logits", pos_weight=pos_weight)
+
+    def fn(a, b, w=None):
+        return F.binary_cross_entropy_with_logits(a, b, w, reduction="none", pos_weight=pos_weight)
+    ops = (input, target) if weight is None else (input, target, weight)
+    return _elementwise("binary_cross_entropy_with_logits", fn, ops, reduction,
+                        safe=(0.0, 0.0, 0.0))
+
+
+@register(F.binary_cross_entropy)
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
+    reduction = _reduction(reduction, size_average, reduce, "binary_cross_entropy")
+
+    def fn(a, b, w=None):
+        return F.binary_cross_entropy(a, b, w, reduction="none")
+    ops = (input, target) if weight is None else (input, target, weight)
+    return _elementwise("binary_cross_entropy", fn, ops, reduction, safe=(0.5, 0.5, 0.0),
+                        always_safe=True)
+
+
+@register(F.kl_div)
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """``F.kl_div``; ``'batchmean'`` divides the real sum by the number of
+    examples (the concatenated batch size)."""
+    reduction = _reduction(reduction, size_average, reduce, "kl_div", extra=("batchmean",))
+    return _elementwise("kl_div",
+                        lambda a, b: F.kl_div(a, b, reduction="none", log_target=log_target),
+                        (input, target), reduction, safe=(0.0, 0.0 if log_target else 1.0),
+                        extra_reduce={"batchmean": lambda B: B})

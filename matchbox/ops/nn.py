@@ -1,1 +1,205 @@
-"""(rules to come)"""
+"""nn ops: linear, embedding, dropout, layer_norm / rms_norm, glu, prelu.
+
+These act on the trailing *static* dimensions of each example (features),
+so data = f(data) and the mask and dims of the input are kept (embedding
+adds one static feature dimension).
+
+Gradient hygiene: linear, embedding and the norms sum over positions into
+their parameters in the backward pass.  When the input has non-real entries
+(padding, dormant lanes), those entries are first replaced with ``where``
+(so NaN/inf garbage cannot reach the arithmetic) and the output is masked
+with ``where`` too (so any cotangent arriving at a padding position is
+dropped): padding contributes exactly zero to parameter gradients.
+"""
+import torch
+import torch.nn.functional as F
+
+from ._registry import is_mb, new, real_mask, register
+
+__all__ = ["linear", "embedding", "dropout", "layer_norm", "rms_norm", "glu", "prelu"]
+
+
+def _mask_out(out, m):
+    """``out`` with entries under a False of ``m`` (broadcast) set to 0."""
+    if m is None:
+        return out
+    return torch.where(m, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def _need_mb(x, opname, argname="input"):
+    if not is_mb(x):
+        raise NotImplementedError(
+            f"{opname}: matchbox supports a MaskedBatch only as the {argname}; got a "
+            f"MaskedBatch among the other arguments (per-example parameters are not supported)")
+
+
+# ------------------------------------------------------------------ linear
+@register(F.linear)
+def linear(input, weight, bias=None):
+    """``F.linear`` / ``nn.Linear`` on the last (static) dimension."""
+    _need_mb(input, "linear")
+    if is_mb(weight) or is_mb(bias):
+        _need_mb(None, "linear")
+    if input.data.dim() < 2:
+        raise ValueError(
+            "linear: each example is only its leading 1 (a MaskedBatch with no per-example "
+            "dimensions); per example the leading 1 would be the feature dimension. "
+            "Give each example a feature dimension, e.g. x.unsqueeze(-1)")
+    if input.dims[-1]:
+        raise ValueError(
+            "linear: the last dimension (features) is dynamic, so its size differs between "
+            "examples and cannot match the weight; linear needs a static last dimension")
+    m = real_mask(input)
+    if m is None:
+        return new(F.linear(input.data, weight, bias), input._mask, input.dims)
+    data = torch.where(m, input.data, torch.zeros((), dtype=input.data.dtype, device=input.data.device))
+    out = _mask_out(F.linear(data, weight, bias), m)
+    return new(out, input._mask, input.dims)
+
+
+# ------------------------------------------------------------------ embedding
+@register(F.embedding)
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """``F.embedding`` / ``nn.Embedding``: ``input`` a MaskedBatch of indices;
+    the result gains a static last dimension.  Indices at non-real entries
+    (padding, dormant lanes) may be anything: they are replaced by a valid
+    index before the lookup and their rows get no gradient.  Out-of-range
+    indices at real entries raise ``IndexError``."""
+    _need_mb(input, "embedding")
+    if is_mb(weight):
+        _need_mb(None, "embedding")
+    if scale_grad_by_freq:
+        raise NotImplementedError(
+            "embedding with scale_grad_by_freq=True on a MaskedBatch: the frequencies would be "
+            "counted over the whole batch instead of per example; matchbox does not support it")
+    idx = input.data
+    if idx.dtype not in (torch.long, torch.int, torch.int32, torch.int64):
+        raise TypeError(f"embedding: indices must be an integer MaskedBatch, got dtype {idx.dtype}")
+    num = weight.size(0)
+    m = real_mask(input)
+    if m is not None:
+        idx = torch.where(m, idx, torch.zeros((), dtype=idx.dtype, device=idx.device))
+    bad = (idx < 0) | (idx >= num)
+    if bool(bad.any()):
+        first = bad.nonzero()[0].tolist()
+        raise IndexError(
+            f"embedding: index {int(idx[tuple(first)])} out of range for an embedding with "
+            f"{num} rows (example {first[0]}, position {first[1:]})")
+    if max_norm is not None:
+        with torch.no_grad():
+            real_idx = idx if m is None else idx[m.expand_as(idx)]
+            torch.embedding_renorm_(weight, real_idx.reshape(-1).contiguous(), max_norm, norm_type)
+    out = F.embedding(idx, weight, padding_idx, None, norm_type, False, sparse)
+    if m is not None:
+        out = _mask_out(out, m.unsqueeze(-1))
+    mask = input._mask
+    if mask is not None:
+        mask = mask.unsqueeze(-1)
+    return new(out, mask, tuple(input.dims) + (False,))
+
+
+# ------------------------------------------------------------------ dropout
+def _data_only(f):
+    def rule(input, *args, **kwargs):
+        _need_mb(input, f.__name__)
+        return new(f(input.data, *args, **kwargs), input._mask, input.dims)
+    rule.__name__ = f.__name__
+    rule.__doc__ = (f"``F.{f.__name__}`` on the data (each entry independently, as for "
+                    f"one example); mask and dims kept; ``training`` honoured.")
+    return rule
+
+
+dropout = _data_only(F.dropout)
+register(F.dropout)(dropout)
+for _name in ("dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"):
+    _f = getattr(F, _name, None)
+    if _f is not None:
+        register(_f)(_data_only(_f))
+for _name in ("dropout", "alpha_dropout", "feature_alpha_dropout"):
+    _f = getattr(torch, _name, None)
+    if _f is not None and _f not in (F.dropout,):
+        register(_f)(_data_only(_f))
+
+
+# ------------------------------------------------------------------ norms
+def _check_norm_dims(input, normalized_shape, opname):
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    k = len(tuple(normalized_shape))
+    nd = input.data.dim() - 1
+    if k > nd:
+        raise ValueError(
+            f"{opname}: normalized_shape {tuple(normalized_shape)} covers the example's leading "
+            f"batch dimension (each example has {nd} dimensions after its leading 1); "
+            f"matchbox cannot normalize across examples")
+    dyn = [nd - k + i + 1 for i in range(k) if input.dims[nd - k + i]]
+    if dyn:
+        raise ValueError(
+            f"{opname}: normalized_shape {tuple(normalized_shape)} covers dynamic dimension(s) "
+            f"{dyn} (sizes differ between examples); the normalized dimensions must be static")
+
+
+def _norm_rule(f, opname):
+    def rule(input, normalized_shape, *args, **kwargs):
+        _need_mb(input, opname)
+        if any(is_mb(a) for a in args) or any(is_mb(v) for v in kwargs.values()):
+            _need_mb(None, opname)
+        _check_norm_dims(input, normalized_shape, opname)
+        m = real_mask(input)
+        if m is None:
+            return new(f(input.data, normalized_shape, *args, **kwargs), input._mask, input.dims)
+        data = torch.where(m, input.data, torch.zeros((), dtype=input.data.dtype, device=input.data.device))
+        out = _mask_out(f(data, normalized_shape, *args, **kwargs), m)
+        return new(out, input._mask, input.dims)
+    rule.__name__ = opname
+    rule.__doc__ = (f"``F.{opname}`` over trailing static dimensions; padding is neutralized so "
+                    f"it adds nothing to weight/bias gradients.")
+    return rule
+
+
+layer_norm = register(F.layer_norm)(_norm_rule(F.layer_norm, "layer_norm"))
+rms_norm = None
+if hasattr(F, "rms_norm"):
+    rms_norm = register(F.rms_norm)(_norm_rule(F.rms_norm, "rms_norm"))
+
+
+# ------------------------------------------------------------------ glu
+@register(F.glu)
+def glu(input, dim=-1):
+    """``F.glu`` over a static dimension (halves it)."""
+    _need_mb(input, "glu")
+    n = input.data.dim()
+    d = dim + n if dim < 0 else dim
+    if not 0 <= d < n:
+        raise IndexError(f"glu: dimension {dim} out of range for a MaskedBatch with {n} dims")
+    if d == 0:
+        raise ValueError("glu over dimension 0 would mix examples: dimension 0 is the batch")
+    if input.dims[d - 1]:
+        raise ValueError(
+            f"glu: dimension {dim} is dynamic; glu splits its dimension in half, which needs "
+            f"a static dimension")
+    return new(F.glu(input.data, d), input._mask, input.dims)
+
+
+# ------------------------------------------------------------------ prelu
+@register(*{f: None for f in (F.prelu, torch.prelu, getattr(torch.Tensor, "prelu", None)) if f is not None})
+def prelu(input, weight):
+    """``F.prelu`` / ``nn.PReLU``: the weight applies along dimension 1 (the
+    channels of a ``(1, C, ...)`` example), which must be static when the
+    weight has more than one entry."""
+    _need_mb(input, "prelu")
+    if is_mb(weight):
+        _need_mb(None, "prelu")
+    if weight.numel() != 1:
+        if input.data.dim() < 2:
+            raise ValueError("prelu with several weights needs a channel dimension (dimension 1)")
+        if input.dims[0]:
+            raise ValueError(
+                "prelu: the channel dimension (dimension 1) is dynamic; with one weight per "
+                "channel it must be static")
+    m = real_mask(input)
+    if m is None:
+        return new(F.prelu(input.data, weight), input._mask, input.dims)
+    data = torch.where(m, input.data, torch.zeros((), dtype=input.data.dtype, device=input.data.device))
+    return new(_mask_out(F.prelu(data, weight), m), input._mask, input.dims)

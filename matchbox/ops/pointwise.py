@@ -93,6 +93,7 @@ for _name in UNARY:
     _fns = _torch_fns(_name)
     if _fns:
         _register_all(_fns, _unary(getattr(torch, _name, None) or getattr(T, _name)))
+_register_all([T.__invert__], _unary(torch.bitwise_not))
 for _name, _safe in UNARY_SAFE.items():
     _fns = _torch_fns(_name)
     if _fns:

@@ -1,1 +1,285 @@
-"""(rules to come)"""
+"""Reductions: sum, mean, std, var, max, min, prod, logsumexp, argmax, any, ...
+
+A reduction over per-example dims ``d`` (``None`` = all of them: one value
+per example, data ``(B,)``) sees real entries only: when a reduced dim is
+dynamic, non-real entries first get the op's identity (0 for sum, -inf for
+max, 1 for prod, ...), and mean/var/std divide by the true count.  Result
+mask: the input mask reduced with ``any`` over ``d`` (real wherever the
+example has entries); dims: ``d`` removed (static size 1 with keepdim).
+Reducing over dim 0 (the batch) raises.
+"""
+import math
+
+import torch
+
+from ._registry import is_mb, new, norm_dim, real_mask, register
+
+T = torch.Tensor
+_INF = float("inf")
+
+
+def _fill_value(value, dtype):
+    """``value`` in ``dtype``; +-inf become the extreme values of an integer or bool dtype."""
+    if dtype == torch.bool:
+        return value > 0 if math.isinf(value) else bool(value)
+    if not (dtype.is_floating_point or dtype.is_complex) and math.isinf(value):
+        info = torch.iinfo(dtype)
+        return info.max if value > 0 else info.min
+    return value
+
+
+class _Reduction:
+    """The shared bookkeeping of one reduction of MaskedBatch ``x`` over ``dim``.
+
+    ``data`` is what to hand the torch op (neutralized with ``fill`` where a
+    dynamic dim is reduced; flattened to ``(B, N)`` for ``dim=None``);
+    ``dim``/``keepdim`` are the arguments to pass with it; ``wrap(out)``
+    turns the op's output into the result MaskedBatch.
+    """
+
+    def __init__(self, x, dim, keepdim, op, fill=None):
+        self.x, self.op, self.user_keepdim = x, op, bool(keepdim)
+        B, n = x.data.size(0), x.data.dim()
+        self.full = dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0)
+        try:
+            if self.full:
+                ds = tuple(range(1, n))
+            elif isinstance(dim, (tuple, list)):
+                ds = tuple(sorted({norm_dim(x, int(d)) for d in dim}))
+            else:
+                ds = (norm_dim(x, int(dim)),)
+        except ValueError as e:
+            raise ValueError(f"{op}: {e}") from None
+        self.ds = ds
+        m = real_mask(x)
+        self.masked = m is not None and any(x.dims[d - 1] for d in ds)
+        data = x.data
+        if self.masked and fill is not None:
+            data = torch.where(m, data, _fill_value(fill, data.dtype))
+        if self.full:
+            # one value per example: reduce a flat (B, N) view over dim 1
+            self.data = data.reshape(B, -1)
+            self.m = None if m is None else m.expand_as(x.data).reshape(B, -1)
+            self.dim, self.keepdim, self.rd = 1, False, (1,)
+        else:
+            self.data, self.m = data, m
+            self.dim = tuple(ds) if isinstance(dim, (tuple, list)) else ds[0]
+            self.keepdim, self.rd = self.user_keepdim, ds
+
+    def count(self, keepdim=None, dtype=None):
+        """Real entries per result position (a Tensor when masked, else an int)."""
+        keepdim = self.keepdim if keepdim is None else keepdim
+        static = 1
+        for d in self.rd:
+            if self.m is None or self.m.size(d) == 1:
+                static *= self.data.size(d)
+        if not self.masked:
+            return static
+        c = self.m.sum(dim=self.rd, keepdim=keepdim) * static
+        return c.to(dtype or self.data.dtype)
+
+    def wrap(self, out):
+        x, B = self.x, self.x.data.size(0)
+        if self.full and self.user_keepdim:
+            out = out.reshape((B,) + (1,) * (x.data.dim() - 1))
+        mask = x._mask
+        if mask is not None and self.ds:
+            mask = mask.any(dim=self.ds, keepdim=self.user_keepdim)
+        if self.user_keepdim:
+            dims = tuple(False if i + 1 in self.ds else d for i, d in enumerate(x.dims))
+        else:
+            dims = tuple(d for i, d in enumerate(x.dims) if i + 1 not in self.ds)
+        return new(out, mask, dims)
+
+
+def _no_out(op, out):
+    if out is not None:
+        raise NotImplementedError(f"{op}: the out= argument is not supported on a MaskedBatch")
+
+
+# ------------------------------------------------------------------ simple reductions
+def _simple(fn, fill, name, has_keepdim=True, needs_dim=False):
+    """A rule for ``fn(input, dim, keepdim, **kwargs)`` whose result only
+    needs non-real entries set to ``fill``."""
+    def rule(input, dim=None, keepdim=False, *, out=None, **kwargs):
+        _no_out(name, out)
+        if needs_dim and dim is None:
+            raise TypeError(f"{name}() missing 1 required positional argument: 'dim'")
+        r = _Reduction(input, dim, keepdim, name, fill)
+        if has_keepdim:
+            kwargs["keepdim"] = r.keepdim
+        return r.wrap(fn(r.data, r.dim, **kwargs))
+    rule.__name__ = rule.__qualname__ = name
+    rule.__doc__ = f"``{name}`` over real entries only (non-real entries count as {fill})."
+    return rule
+
+
+SIMPLE = {  # name: identity of the op
+    "sum": 0, "nansum": 0, "prod": 1, "logsumexp": -_INF, "amax": -_INF, "amin": _INF,
+    "any": False, "all": True,
+}
+for _name, _fill in SIMPLE.items():
+    register(getattr(torch, _name), getattr(T, _name))(
+        _simple(getattr(torch, _name), _fill, _name, needs_dim=_name == "logsumexp"))
+
+register(torch.count_nonzero, T.count_nonzero)(
+    _simple(torch.count_nonzero, 0, "count_nonzero", has_keepdim=False))
+
+
+@register(torch.mean, T.mean)
+def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
+    """Mean over real entries: divides by the true count."""
+    _no_out("mean", out)
+    r = _Reduction(input, dim, keepdim, "mean", 0)
+    if not r.masked or not (dtype or r.data.dtype).is_floating_point:
+        return r.wrap(torch.mean(r.data, r.dim, keepdim=r.keepdim, dtype=dtype))
+    s = torch.sum(r.data, r.dim, keepdim=r.keepdim, dtype=dtype)
+    return r.wrap(s / r.count(dtype=s.dtype).clamp_min(1))
+
+
+# ------------------------------------------------------------------ var / std
+def _var_args(op, args, kwargs):
+    """(dim, correction, keepdim) from torch.var's overloads."""
+    args, kwargs = list(args), dict(kwargs)
+    dim, unbiased = kwargs.pop("dim", None), kwargs.pop("unbiased", None)
+    correction, keepdim = kwargs.pop("correction", None), kwargs.pop("keepdim", False)
+    _no_out(op, kwargs.pop("out", None))
+    if kwargs:
+        raise TypeError(f"{op}: unexpected arguments {sorted(kwargs)}")
+    if args and isinstance(args[0], bool):
+        unbiased = args.pop(0)
+    elif args:
+        dim = args.pop(0)
+        if args:
+            unbiased = args.pop(0)
+        if args:
+            keepdim = args.pop(0)
+    if correction is None:
+        correction = 1 if unbiased is None else int(bool(unbiased))
+    return dim, correction, keepdim
+
+
+def _sqrt(v):
+    """sqrt with torch.std's gradient convention: zero gradient where the value is 0."""
+    pos = v > 0
+    return torch.where(pos, torch.where(pos, v, 1.0).sqrt(), 0.0)
+
+
+def _var_family(fn, root, with_mean):
+    """A rule for torch.var/std/var_mean/std_mean over real entries, dividing
+    by the true count minus ``correction``."""
+    name = fn.__name__
+
+    def rule(input, *args, **kwargs):
+        dim, correction, keepdim = _var_args(name, args, kwargs)
+        r = _Reduction(input, dim, keepdim, name, 0)
+        if not r.masked:
+            out = fn(r.data, r.dim, correction=correction, keepdim=r.keepdim)
+            return tuple(map(r.wrap, out)) if with_mean else r.wrap(out)
+        mean_k = r.data.sum(r.rd, keepdim=True) / r.count(keepdim=True).clamp_min(1)
+        dev = torch.where(r.m, r.data - mean_k, 0.0)
+        ss = (dev * dev).sum(r.rd, keepdim=r.keepdim)
+        count = r.count()
+        # padding-only positions divide by 1 rather than by a non-positive count
+        v = ss / torch.where(count > 0, count - correction, torch.ones_like(count))
+        v = r.wrap(_sqrt(v) if root else v)
+        if not with_mean:
+            return v
+        return v, r.wrap(mean_k if r.keepdim else mean_k.squeeze(r.rd))
+    rule.__name__ = rule.__qualname__ = name
+    rule.__doc__ = f"``{name}`` over real entries (``correction``/``unbiased`` use the true count)."
+    return rule
+
+
+register(torch.var, T.var)(_var_family(torch.var, False, False))
+register(torch.std, T.std)(_var_family(torch.std, True, False))
+register(torch.var_mean)(_var_family(torch.var_mean, False, True))
+register(torch.std_mean)(_var_family(torch.std_mean, True, True))
+
+
+# ------------------------------------------------------------------ max / min
+def _max_min(name, fill, binary):
+    fn = getattr(torch, name)
+    result_type = getattr(torch.return_types, name)
+
+    def rule(input, dim=None, keepdim=False, *, other=None, out=None):
+        _no_out(name, out)
+        if other is not None or isinstance(dim, T) or is_mb(dim) or not is_mb(input):
+            # torch.max(a, b): the elementwise maximum
+            return binary(input, dim if other is None else other)
+        r = _Reduction(input, dim, keepdim, name, fill)
+        if dim is None:
+            return r.wrap(fn(r.data, 1).values)
+        values, indices = fn(r.data, r.dim, r.keepdim)
+        return result_type((r.wrap(values), r.wrap(indices)))
+    rule.__name__ = rule.__qualname__ = name
+    rule.__doc__ = (f"``{name}`` over real entries; with ``dim`` returns (values, indices) "
+                    f"as torch does.")
+    return rule
+
+
+register(torch.max, T.max)(_max_min("max", -_INF, torch.maximum))
+register(torch.min, T.min)(_max_min("min", _INF, torch.minimum))
+
+
+def _example_flat_index(x, idx):
+    """Turn flat indices into each example's padded data (``idx`` (B,)) into
+    flat indices into that example's true shape ``(1, l_1, ..., l_k)``."""
+    out = torch.zeros_like(idx)
+    stride = torch.ones_like(idx)
+    rem = idx
+    for d in range(x.data.dim() - 1, 0, -1):
+        coord = rem % x.data.size(d)
+        rem = rem // x.data.size(d)
+        out = out + coord * stride
+        stride = stride * x._lengths(d)
+    return out
+
+
+def _arg(name, fill):
+    fn = getattr(torch, name)
+
+    def rule(input, dim=None, keepdim=False):
+        r = _Reduction(input, dim, keepdim, name, fill)
+        idx = fn(r.data, r.dim, keepdim=r.keepdim)
+        if dim is None and input._mask is not None:
+            idx = _example_flat_index(input, idx)
+        return r.wrap(idx)
+    rule.__name__ = rule.__qualname__ = name
+    rule.__doc__ = (f"``{name}`` over real entries; without ``dim`` the index is into each "
+                    f"example's own flattened shape.")
+    return rule
+
+
+register(torch.argmax, T.argmax)(_arg("argmax", -_INF))
+register(torch.argmin, T.argmin)(_arg("argmin", _INF))
+
+
+# ------------------------------------------------------------------ norms
+def _vector_norm(op, fn, input, p, dim, keepdim, kwargs):
+    if p is None:
+        p = 2
+    if isinstance(p, str) and p != "fro":  # matrix norms: only over static dims
+        r = _Reduction(input, dim, keepdim, op)
+        if r.masked:
+            raise NotImplementedError(
+                f"{op}: p={p!r} over a dynamic dimension has no matchbox rule; use a vector norm")
+    else:  # min-|x| style norms (p < 0) must not see the padding
+        r = _Reduction(input, dim, keepdim, op, _INF if not isinstance(p, str) and p < 0 else 0.0)
+    return r.wrap(fn(r.data, p, r.dim, r.keepdim, **kwargs))
+
+
+@register(torch.norm, T.norm)
+def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+    """``torch.norm`` over real entries (vector norms and 'fro')."""
+    _no_out("norm", out)
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    return _vector_norm("norm", torch.norm, input, p, dim, keepdim, kwargs)
+
+
+@register(torch.linalg.vector_norm)
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    """``torch.linalg.vector_norm`` over real entries."""
+    _no_out("vector_norm", out)
+    return _vector_norm("vector_norm", torch.linalg.vector_norm, x, ord, dim, keepdim,
+                        {"dtype": dtype})

@@ -1,10 +1,692 @@
-"""(rules to come)"""
+"""Shape ops: view/reshape, transpose/permute, (un)squeeze, flatten, expand,
+repeat, split/chunk/unbind, cat/stack, flip, cumsum, and the example-level
+helpers ``split_dim`` / ``join_dims``.
+
+Per-example dimension ``d`` of the user's code is data dimension ``d``;
+dimension 0 is each example's leading 1 (the batch in ``data``).  No rule
+moves, merges or drops it: an op that would (``x.t()`` on a 2-D example,
+``flatten(0)``, ``view(-1)``, ``stack(seq, 0)``) raises a ValueError naming
+the per-example form to use instead.
+
+How each family keeps the contract (real data = a prefix along every
+dynamic dimension):
+
+- ops that only move or add dimensions (transpose, permute, unsqueeze,
+  expand, unbind, static split) move the mask with the data, at no cost;
+- ops that put entries one after another along a dynamic dimension (cat,
+  stack with a dynamic new dimension, flatten / join_dims of a group whose
+  later dims are dynamic, repeat of a dynamic dim) work on the padded data
+  and then *compact* it (:func:`compact`): a stable gather that moves each
+  example's real entries to the front, in order.  Because it is a
+  permutation, gradients of padding never reach real entries;
+- view/reshape keep every dynamic dimension as a dimension of its own (the
+  dims before and after it reshape among themselves).  In the size list a
+  dynamic dimension is written ``-1`` or as its padded size
+  ``x.maxsize(d)`` (which on a plain Tensor is its size, so the same code runs
+  on both).  Merging it with others is ``flatten`` / ``join_dims``;
+  splitting a static one is ``split_dim``;
+- stack's new dimension is dynamic when ``dynamic=True`` or, with
+  ``dynamic=None``, when the elements' lanes differ (an element with no real
+  entry in a lane, e.g. appended while that lane was inactive, is absent
+  for that example).  Absent elements are skipped, so an example's list is
+  its present elements in order, even when an absent one comes before a
+  present one;
+- ops that return pieces of a dynamic dimension (unbind, split with an int
+  size) return as many pieces as the longest example has; a piece an example
+  does not have is a batch whose mask is False in that lane, which the
+  ``@batch`` runtime uses as the active lanes of a ``for`` iteration;
+- flip reverses each example's real prefix; cumsum/cumprod over a dynamic
+  dim mask their output with ``where`` so gradients arriving at padding
+  (possibly NaN) never reach real entries.
+"""
+import functools
+import operator
+
 import torch
 
+from ._registry import RULES, _pad_dim, is_mb, neutralize, new, real_mask, register
+from .helpers import helper
+from ..core import MaskedBatch
 
-def stack(sequence, dim=0, dynamic=None):
-    return torch.stack(sequence, dim)
+T = torch.Tensor
+
+__all__ = ["stack", "cat", "split_dim", "join_dims", "compact", "gather_line", "canon_mask",
+           "lanes_present", "pe_dim"]
 
 
-def cat(sequence, dim=0):
-    return torch.cat(sequence, dim)
+# ------------------------------------------------------------------ shared helpers
+def _reg(*funcs):
+    """``register`` over the distinct callables among ``funcs`` not yet taken."""
+    seen = []
+    for f in funcs:
+        if f is not None and f not in seen and f not in RULES:
+            seen.append(f)
+    return register(*seen)
+
+
+def pe_dim(x, dim, op, allow_batch=False):
+    """Normalise a per-example dim of MaskedBatch ``x``.  Dim 0 (each
+    example's leading 1) is refused unless ``allow_batch``."""
+    n = x.data.dim()
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dimension {dim} out of range for examples with {n} dims")
+    dim = dim + n if dim < 0 else dim
+    if dim == 0 and not allow_batch:
+        raise ValueError(
+            f"{op} over dimension 0 is not supported: dimension 0 is each example's leading 1 "
+            f"(the batch dimension of the MaskedBatch). Use a per-example dimension >= 1.")
+    return dim
+
+
+def canon_mask(mask, shape, dims):
+    """Bring a mask that broadcasts against data of ``shape`` to the
+    canonical layout (dynamic dims full size, static dims size 1)."""
+    if mask is None:
+        return None
+    want = [shape[0]] + [s if d else 1 for s, d in zip(shape[1:], dims)]
+    for i in range(1, len(want)):
+        if want[i] == 1 and mask.size(i) != 1:
+            mask = mask.any(i, keepdim=True)
+    return mask.expand(want)
+
+
+def lanes_present(x, active=True):
+    """Bool ``(B,)``: lanes of ``x`` that hold some real entry (and, with
+    ``active``, are active lanes); None when that is every lane."""
+    m = real_mask(x) if active else x._mask
+    if m is None:
+        return None
+    return m.reshape(m.size(0), -1).any(1)
+
+
+def gather_line(t, d, index):
+    """``t`` gathered along dim ``d`` with one index line per example:
+    ``index`` is ``(B, K)``; the result has size K at ``d``."""
+    shape = list(t.shape)
+    shape[d] = index.size(1)
+    view = [1] * t.dim()
+    view[0], view[d] = index.size(0), index.size(1)
+    return torch.gather(t, d, index.view(view).expand(shape))
+
+
+def compact(data, mask, d):
+    """Move each example's real entries along ``d`` to the front, keeping
+    their order.  ``mask`` is canonical and full size at ``d``."""
+    other = [i for i in range(1, mask.dim()) if i != d]
+    key = mask.any(dim=other) if other else mask
+    order = torch.sort(~key, dim=1, stable=True).indices
+    return gather_line(data, d, order), gather_line(mask, d, order)
+
+
+def _full_mask(x, d):
+    """``x``'s mask (materialized) expanded to full size along dim ``d``."""
+    m = x.mask
+    return m if m.size(d) == x.data.size(d) else m.expand(
+        *[x.data.size(d) if i == d else -1 for i in range(m.dim())])
+
+
+def _check_lengths(a, da, b, db, op):
+    """ValueError unless ``a`` and ``b`` have the same per-example size along
+    ``da`` / ``db`` in every lane where both hold real data."""
+    if a._mask is b._mask and da == db:
+        return
+    la, lb = a._lengths(da), b._lengths(db)
+    bad = la != lb
+    for p in (lanes_present(a, False), lanes_present(b, False)):
+        if p is not None:
+            bad = bad & p
+    if bool(bad.any()):
+        raise ValueError(
+            f"{op}: per-example sizes differ along dimension {da} ({la.tolist()}) and "
+            f"dimension {db} ({lb.tolist()}) of the inputs; they must match in every example")
+
+
+def _sizes(sizes):
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = sizes[0]
+    return [int(s) for s in sizes]
+
+
+def _prod(xs):
+    return functools.reduce(operator.mul, xs, 1)
+
+
+def _permuted(x, perm, op):
+    perm = [int(p) for p in perm]
+    if perm[0] != 0:
+        raise ValueError(
+            f"{op} would move dimension 0, each example's leading 1 (the batch dimension of a "
+            f"MaskedBatch), so the examples would no longer have a leading 1. Permute only "
+            f"dimensions >= 1, e.g. x.transpose(1, 2).")
+    if perm == list(range(len(perm))):
+        return x
+    mask = None if x._mask is None else x._mask.permute(perm)
+    return new(x.data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]))
+
+
+# ------------------------------------------------------------------ transpose / permute
+@_reg(torch.transpose, T.transpose, torch.swapaxes, T.swapaxes, torch.swapdims, T.swapdims)
+def transpose(x, dim0, dim1):
+    """Swap two per-example dims; the mask moves along."""
+    n = x.data.dim()
+    d0, d1 = x._norm_dim(dim0), x._norm_dim(dim1)
+    perm = list(range(n))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permuted(x, perm, f"transpose({dim0}, {dim1})")
+
+
+@_reg(torch.permute, T.permute)
+def permute(x, *dims):
+    return _permuted(x, [x._norm_dim(d) for d in _sizes(dims)], f"permute{tuple(_sizes(dims))}")
+
+
+@_reg(torch.movedim, T.movedim, torch.moveaxis, T.moveaxis)
+def movedim(x, source, destination):
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    src, dst = [x._norm_dim(s) for s in src], [x._norm_dim(d) for d in dst]
+    order = [i for i in range(x.data.dim()) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return _permuted(x, order, "movedim")
+
+
+@_reg(torch.t, T.t)
+def t(x):
+    if x.data.dim() < 2:
+        return x
+    raise ValueError(
+        "x.t() on an example with a leading 1 would move that leading 1 (the batch dimension). "
+        "Use x.transpose(1, 2) or x.mT to swap per-example dimensions.")
+
+
+def _mT(x):
+    if x.data.dim() < 3:
+        raise ValueError("x.mT needs examples with at least 3 dims (leading 1 included) on a "
+                         "MaskedBatch, or it would move the leading 1; use x.transpose(d0, d1)")
+    return transpose(x, -2, -1)
+
+
+def _T(x):
+    raise ValueError("x.T reverses all dims and would move each example's leading 1 (the batch "
+                     "dimension); use x.permute(0, ...) or x.transpose(d0, d1)")
+
+
+MaskedBatch.mT = property(_mT, doc="Swap the last two dims (a per-example transpose).")
+MaskedBatch.T = property(_T)
+
+
+# ------------------------------------------------------------------ (un)squeeze
+def _unsqueeze(x, d, dynamic=False):
+    mask = None if x._mask is None else x._mask.unsqueeze(d)
+    return new(x.data.unsqueeze(d), mask, x.dims[:d - 1] + (dynamic,) + x.dims[d - 1:])
+
+
+@_reg(torch.unsqueeze, T.unsqueeze)
+def unsqueeze(x, dim):
+    """A new static dim of size 1.  ``unsqueeze(0)`` is ``unsqueeze(1)``: both
+    leading dims of the result have size 1 per example."""
+    n = x.data.dim() + 1
+    if not -n <= dim < n:
+        raise IndexError(f"unsqueeze: dimension {dim} out of range for examples with {n - 1} dims")
+    d = dim + n if dim < 0 else dim
+    return _unsqueeze(x, max(d, 1))
+
+
+def _squeeze1(x, d, dim):
+    if x.dims[d - 1]:
+        lens, present = x._lengths(d), lanes_present(x, False)
+        one = lens == 1 if present is None else (lens == 1) | ~present
+        other = lens != 1 if present is None else (lens != 1) | ~present
+        if bool(other.all()):
+            return x
+        if not bool(one.all()):
+            raise ValueError(
+                f"squeeze({dim}): dimension {d} is dynamic and has size 1 in some examples but "
+                f"not in others ({lens.tolist()}), so the examples' results would have different "
+                f"numbers of dims. Select an element instead (x[:, 0]) or keep the dim.")
+        data = x.data.narrow(d, 0, 1)
+        mask = None if x._mask is None else x._mask.narrow(d, 0, 1).squeeze(d)
+        return new(data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:])
+    if x.data.size(d) != 1:
+        return x
+    mask = None if x._mask is None else x._mask.squeeze(d)
+    return new(x.data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:])
+
+
+@_reg(torch.squeeze, T.squeeze)
+def squeeze(x, dim=None):
+    if dim is None:
+        raise ValueError(
+            "squeeze() with no dim would also remove each example's leading 1 (the batch "
+            "dimension) and, on dynamic dims, depend on each example's size; name the dims: "
+            "x.squeeze(d) or x.squeeze((d1, d2))")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    ds = sorted({pe_dim(x, d, "squeeze") for d in dims}, reverse=True)
+    for d in ds:
+        x = _squeeze1(x, d, d)
+    return x
+
+
+# ------------------------------------------------------------------ flatten / join
+def _merge(x, s, e):
+    """Merge data dims ``s..e`` (1 <= s <= e) into one; compact when a dim
+    after the first of the group is dynamic."""
+    if s == e:
+        return x
+    group = x.dims[s - 1:e]
+    dyn = any(group)
+    dims = x.dims[:s - 1] + (dyn,) + x.dims[e:]
+    data = x.data.flatten(s, e)
+    if x._mask is None:
+        return new(data, None, dims)
+    if not dyn:
+        return new(data, x._mask.flatten(s, e), dims)
+    full = x._mask.expand([x.data.size(i) if s <= i <= e else -1 for i in range(x.data.dim())])
+    mask = full.flatten(s, e)
+    if not any(group[1:]):
+        return new(data, mask, dims)  # the first dim leads: real entries already a prefix
+    data, mask = compact(data, mask, s)
+    return new(data, mask, dims)
+
+
+@_reg(torch.flatten, T.flatten)
+def flatten(x, start_dim=0, end_dim=-1):
+    s, e = x._norm_dim(start_dim), x._norm_dim(end_dim)
+    if s > e:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    if s == 0 and e > 0:
+        raise ValueError(
+            f"flatten({start_dim}, {end_dim}) would merge each example's leading 1 (the batch "
+            f"dimension) into the others; use x.flatten(1) (or flatten(1, {end_dim})) to keep it")
+    return x if s == e else _merge(x, s, e)
+
+
+@helper
+def join_dims(x, dim1, dim2):
+    """Merge per-example dims ``dim1`` and ``dim2`` into one at ``dim1``'s
+    place, ``dim2`` moved right after ``dim1`` first if needed (row-major:
+    ``dim2`` varies fastest).  Works on Tensors and MaskedBatch; on a
+    MaskedBatch either dim may be dynamic."""
+    n = x.dim()
+    d1, d2 = (dim1 + n if dim1 < 0 else dim1), (dim2 + n if dim2 < 0 else dim2)
+    if d1 == d2 or not (0 <= d1 < n and 0 <= d2 < n):
+        raise ValueError(f"join_dims({dim1}, {dim2}) needs two different dims of a {n}-dim value")
+    if is_mb(x) and 0 in (d1, d2):
+        raise ValueError("join_dims cannot merge dimension 0, each example's leading 1 (the batch "
+                         "dimension of a MaskedBatch)")
+    order = [i for i in range(n) if i != d2]
+    p = order.index(d1)
+    order.insert(p + 1, d2)
+    if order != list(range(n)):
+        x = x.permute(*order)
+    return _merge(x, p, p + 1) if is_mb(x) else x.flatten(p, p + 1)
+
+
+@helper
+def split_dim(x, dim, n):
+    """Split per-example dim ``dim`` of size ``s`` into ``(n, s // n)``
+    (``s`` must be divisible by ``n``).  On a MaskedBatch the dim must be
+    static."""
+    data = x.data if is_mb(x) else x
+    d = dim + data.dim() if dim < 0 else dim
+    if not 0 <= d < data.dim():
+        raise IndexError(f"split_dim: dimension {dim} out of range for a {data.dim()}-dim value")
+    if is_mb(x):
+        d = pe_dim(x, d, "split_dim")
+        if x.dims[d - 1]:
+            raise ValueError(
+                f"split_dim({dim}, {n}): dimension {d} is dynamic; only static dims can be split "
+                f"(split a feature dim, or move the dynamic dim last and split another)")
+    size = data.size(d)
+    if n <= 0 or size % n:
+        raise ValueError(f"split_dim({dim}, {n}): size {size} is not divisible by {n}")
+    shape = tuple(data.shape[:d]) + (n, size // n) + tuple(data.shape[d + 1:])
+    if not is_mb(x):
+        return x.view(shape)
+    mask = None if x._mask is None else x._mask.unsqueeze(d)
+    return new(data.view(shape), mask, x.dims[:d - 1] + (False, False) + x.dims[d:])
+
+
+@_reg(torch.unflatten, T.unflatten)
+def unflatten(x, dim, sizes):
+    d = pe_dim(x, dim, "unflatten")
+    if x.dims[d - 1]:
+        raise ValueError(f"unflatten: dimension {d} is dynamic; only static dims can be unflattened")
+    data = x.data.unflatten(d, sizes)
+    k = data.dim() - x.data.dim()
+    mask = x._mask
+    if mask is not None:
+        mask = mask.reshape(mask.shape[:d] + (1,) * (k + 1) + mask.shape[d + 1:])
+    return new(data, mask, x.dims[:d - 1] + (False,) * (k + 1) + x.dims[d:])
+
+
+# ------------------------------------------------------------------ view / reshape
+def _view_target(x, sizes, op):
+    """The padded target shape and result dims of ``x.view(*sizes)`` (sizes
+    per example, with the leading 1)."""
+    old = [1] + list(x.data.shape[1:])
+    sizes = list(sizes)
+    free = [i for i, s in enumerate(sizes) if s == -1]
+    if len(free) > 1:
+        raise ValueError(f"{op}{tuple(sizes)}: only one dimension can be -1")
+    total, known = _prod(old), _prod(s for s in sizes if s != -1)
+    if free:
+        if known == 0 or total % known:
+            raise ValueError(f"{op}{tuple(sizes)} does not fit examples of padded shape {tuple(old)}")
+        sizes[free[0]] = total // known
+    elif known != total:
+        raise ValueError(f"{op}{tuple(sizes)} does not fit examples of padded shape {tuple(old)}")
+    if not sizes or sizes[0] != 1:
+        raise ValueError(
+            f"{op}{tuple(sizes)}: the per-example shape must keep the leading 1 (the batch "
+            f"dimension), e.g. x.{op}(1, -1) rather than x.{op}(-1)")
+    new_dims = [False] * (len(sizes) - 1)
+    j = 0
+    for d in range(1, len(old)):
+        if not x.dims[d - 1]:
+            continue
+        pre = _prod(old[:d])
+        cands = [i for i in range(max(j, 1), len(sizes))
+                 if _prod(sizes[:i]) == pre and sizes[i] == old[d]]
+        pick = [i for i in cands if i in free] or cands
+        if not pick:
+            raise ValueError(
+                f"{op}{tuple(sizes)}: dimension {d} is dynamic (its size differs between "
+                f"examples), so it must stay a dimension of its own, written as -1 or as "
+                f"x.maxsize({d}). To merge it with others use flatten / join_dims; to split a "
+                f"static dim use split_dim.")
+        j = pick[0]
+        new_dims[j - 1] = True
+        j += 1
+    return sizes, tuple(new_dims)
+
+
+def _viewed(x, sizes, op):
+    if len(sizes) == 1 and isinstance(sizes[0], torch.dtype):
+        return new(x.data.view(sizes[0]), x._mask, x.dims)
+    sizes, dims = _view_target(x, _sizes(sizes), op)
+    shape = (x.data.size(0),) + tuple(sizes[1:])
+    data = x.data.view(shape) if op == "view" else x.data.reshape(shape)
+    mask = x._mask
+    if mask is not None:
+        mask = mask.reshape([mask.size(0)] + [s if dyn else 1 for s, dyn in zip(sizes[1:], dims)])
+    return new(data, mask, dims)
+
+
+@_reg(T.view)
+def view(x, *sizes):
+    """``x.view(1, ...)`` with per-example sizes; see the module docstring
+    for dynamic dims."""
+    return _viewed(x, sizes, "view")
+
+
+@_reg(torch.reshape, T.reshape)
+def reshape(x, *sizes):
+    return _viewed(x, sizes, "reshape")
+
+
+def _shape_of(other):
+    return (1,) + tuple(other.data.shape[1:]) if is_mb(other) else tuple(other.shape)
+
+
+@_reg(T.view_as)
+def view_as(x, other):
+    return _viewed(x, (_shape_of(other),), "view")
+
+
+@_reg(T.reshape_as)
+def reshape_as(x, other):
+    return _viewed(x, (_shape_of(other),), "reshape")
+
+
+# ------------------------------------------------------------------ expand / repeat
+def _lead(x, sizes, op):
+    """Per-example sizes may add leading dims: lay them out after the batch
+    dim.  Returns the widened batch and the sizes for data dims 1..."""
+    extra = len(sizes) - x.data.dim()
+    if extra < 0:
+        raise ValueError(f"{op}{tuple(sizes)}: fewer sizes than the examples' {x.data.dim()} dims")
+    if sizes[0] not in ((1, -1) if extra == 0 else (1,)):
+        raise ValueError(f"{op}{tuple(sizes)}: the leading per-example size must stay 1 (the batch "
+                         f"dimension)")
+    for _ in range(extra):
+        x = _unsqueeze(x, 1)
+    return x, sizes[1:]
+
+
+@_reg(T.expand)
+def expand(x, *sizes, implicit=False):
+    """Per-example ``expand``; a dynamic dim must be given as -1 (or its
+    padded size).  To expand a size-1 dim to a dynamic size use
+    ``expand_as(other)``."""
+    x, rest = _lead(x, _sizes(sizes), "expand")
+    for d, (s, dyn) in enumerate(zip(rest, x.dims), 1):
+        if dyn and s not in (-1, x.data.size(d)):
+            raise ValueError(f"expand: dimension {d} is dynamic; give it as -1 (or use expand_as)")
+    return new(x.data.expand((x.data.size(0),) + tuple(rest)), x._mask, x.dims)
+
+
+@_reg(torch.broadcast_to, T.broadcast_to)
+def broadcast_to(x, size):
+    return expand(x, *size)
+
+
+@_reg(T.expand_as)
+def expand_as(x, other):
+    if not is_mb(other):
+        return expand(x, *other.shape)
+    from ._registry import align
+    if not is_mb(x):
+        x = _as_batch(x, other, "expand_as")
+    (dx, do), mask, dims = align((x, other), "expand_as")
+    return new(dx.expand(do.shape), canon_mask(mask, do.shape, dims), dims)
+
+
+@_reg(T.repeat)
+def repeat(x, *sizes):
+    """Per-example ``repeat``; along a dynamic dim each example's real
+    entries are repeated (the copies are compacted together)."""
+    x, reps = _lead(x, _sizes(sizes), "repeat")
+    static = [1 if dyn else r for r, dyn in zip(reps, x.dims)]
+    if any(r != 1 for r in static):
+        x = new(x.data.repeat([1] + static), x._mask, x.dims)
+    for d, (r, dyn) in enumerate(zip(reps, x.dims), 1):
+        if dyn and r != 1:
+            x = _cat([x] * r, d, "repeat")
+    return x
+
+
+# ------------------------------------------------------------------ cat / stack
+def _as_batch(t, ref, op):
+    """A plain Tensor (one example, leading 1) shared by every example."""
+    if is_mb(t):
+        return t
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: expected Tensors or MaskedBatches, got {type(t).__name__}")
+    if t.dim() != ref.data.dim() or t.size(0) != 1:
+        raise ValueError(
+            f"{op}: a plain Tensor of shape {tuple(t.shape)} next to MaskedBatches with "
+            f"{ref.data.dim()}-dim examples must be one shared example: same number of dims "
+            f"and a leading 1")
+    return new(t.expand((ref.data.size(0),) + tuple(t.shape[1:])), None, (False,) * (t.dim() - 1))
+
+
+def _cat(parts, d, op, dynamic=False):
+    """Concatenate MaskedBatches along data dim ``d`` per example."""
+    B, n = parts[0].data.size(0), parts[0].data.dim()
+    for p in parts:
+        if p.data.dim() != n or p.data.size(0) != B:
+            raise ValueError(
+                f"{op}: inputs differ in batch size or number of dims "
+                f"({tuple(parts[0].data.shape)} vs {tuple(p.data.shape)})")
+    dims = [any(p.dims[j] for p in parts) for j in range(n - 1)]
+    dims[d - 1] = dims[d - 1] or bool(dynamic)
+    sizes = [max(p.data.size(j) for p in parts) for j in range(n)]
+    for j in range(1, n):
+        if j != d and dims[j - 1]:
+            owner = next(p for p in parts if p.dims[j - 1])
+            for p in parts:
+                if p is not owner:
+                    _check_lengths(owner, j, p, j, op)
+    masked = any(p._mask is not None for p in parts)
+    datas, masks = [], []
+    for p in parts:
+        data = p.data
+        mask = canon_mask(p.mask, data.shape, dims) if masked else None
+        for j in range(1, n):
+            if j != d and dims[j - 1] and data.size(j) < sizes[j]:
+                data = _pad_dim(data, j, sizes[j])
+                if mask is not None:
+                    mask = _pad_dim(mask, j, sizes[j])
+        datas.append(data)
+        masks.append(mask)
+    data = torch.cat(datas, d)
+    dims = tuple(dims)
+    if not masked:
+        return new(data, None, dims)
+    if not dims[d - 1]:
+        return new(data, functools.reduce(operator.and_, masks), dims)
+    mask = torch.cat(masks, d)
+    if any(p._mask is not None for p in parts[:-1]):
+        data, mask = compact(data, mask, d)
+    return new(data, mask, dims)
+
+
+def _new_dim(dim, n, op):
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dimension {dim} out of range for results with {n} dims")
+    dim = dim + n if dim < 0 else dim
+    if dim == 0:
+        raise ValueError(
+            f"{op} along dimension 0 would change each example's leading 1 (the batch dimension "
+            f"of a MaskedBatch); {op} along a per-example dimension instead, e.g. {op}(seq, 1)")
+    return dim
+
+
+@_reg(torch.cat, torch.concat, torch.concatenate)
+def cat(sequence, dim=0, *, axis=None, out=None):
+    """``torch.cat`` per example; along a dynamic dim each example's real
+    entries are concatenated (``x[:len_x]`` then ``y[:len_y]``)."""
+    dim = dim if axis is None else axis
+    seq = list(sequence)
+    ref = next((s for s in seq if is_mb(s)), None)
+    if ref is None:
+        return torch.cat(seq, dim) if out is None else torch.cat(seq, dim, out=out)
+    if out is not None:
+        raise ValueError("cat: out= is not supported for MaskedBatch")
+    d = _new_dim(dim, ref.data.dim(), "cat")
+    return _cat([_as_batch(s, ref, "cat") for s in seq], d, "cat")
+
+
+@_reg(torch.stack)
+def stack(sequence, dim=0, dynamic=None, *, out=None):
+    """``F.stack(seq, dim, dynamic=None)``: stack examples' values along a
+    new dim.  The new dim is dynamic if ``dynamic`` is True, or (``None``)
+    when the elements' lanes differ; an element absent from a lane (no real
+    entry there) is skipped for that example."""
+    seq = list(sequence)
+    ref = next((s for s in seq if is_mb(s)), None)
+    if ref is None:
+        return torch.stack(seq, dim) if out is None else torch.stack(seq, dim, out=out)
+    if out is not None:
+        raise ValueError("stack: out= is not supported for MaskedBatch")
+    if not seq:
+        raise ValueError("stack needs a non-empty sequence")
+    parts = [_as_batch(s, ref, "stack") for s in seq]
+    d = _new_dim(dim, ref.data.dim() + 1, "stack")
+    if dynamic is None:
+        pres = [lanes_present(p, False) for p in parts]
+        if all(p is None for p in pres):
+            dynamic = False
+        else:
+            ones = torch.ones(ref.data.size(0), dtype=torch.bool, device=ref.data.device)
+            pres = [ones if p is None else p for p in pres]
+            dynamic = not all(torch.equal(pres[0], p) for p in pres[1:])
+    return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
+
+
+# ------------------------------------------------------------------ unbind / split / chunk
+@_reg(torch.unbind, T.unbind)
+def unbind(x, dim=0):
+    """Per-example unbind.  Over a dynamic dim it returns ``maxsize(dim)``
+    batches; the i-th has mask False in the lanes of examples shorter than
+    i + 1 (the active lanes of that ``for`` iteration)."""
+    d = pe_dim(x, dim, "unbind")
+    dims = x.dims[:d - 1] + x.dims[d:]
+    datas = x.data.unbind(d)
+    if x._mask is None:
+        return tuple(new(t, None, dims) for t in datas)
+    if not x.dims[d - 1]:
+        m = x._mask.squeeze(d)
+        return tuple(new(t, m, dims) for t in datas)
+    return tuple(new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d)))
+
+
+@_reg(torch.split, T.split)
+def split(x, split_size_or_sections, dim=0):
+    """Per-example split.  On a dynamic dim only an int size is allowed; it
+    returns as many pieces as the longest example has (as ``unbind``)."""
+    d = pe_dim(x, dim, "split")
+    s = split_size_or_sections
+    if x.dims[d - 1] and x._mask is not None:
+        if not isinstance(s, int):
+            raise ValueError(
+                f"split: dimension {d} is dynamic, so a list of section sizes cannot add up to "
+                f"every example's size; split by an int size or split a static dim")
+        mask = _full_mask(x, d)
+        return tuple(new(t, m, x.dims) for t, m in zip(x.data.split(s, d), mask.split(s, d)))
+    return tuple(new(t, x._mask, x.dims) for t in x.data.split(s, d))
+
+
+@_reg(torch.chunk, T.chunk)
+def chunk(x, chunks, dim=0):
+    d = pe_dim(x, dim, "chunk")
+    if x.dims[d - 1] and x._mask is not None:
+        raise ValueError(
+            f"chunk: dimension {d} is dynamic, so the chunk size would differ between examples; "
+            f"use x.split(size, {dim}) for fixed-size pieces or chunk a static dim")
+    return tuple(new(t, x._mask, x.dims) for t in x.data.chunk(chunks, d))
+
+
+# ------------------------------------------------------------------ flip / cumsum
+def reversed_index(lengths, n):
+    """``(B, n)`` gather index that reverses each example's prefix of
+    ``lengths`` and leaves padding in place."""
+    ar = torch.arange(n, device=lengths.device)
+    ln = lengths[:, None]
+    return torch.where(ar < ln, ln - 1 - ar, ar)
+
+
+@_reg(torch.flip, T.flip)
+def flip(x, *dims):
+    """Reverse per-example dims; a dynamic dim reverses each example's real
+    prefix."""
+    ds = sorted({x._norm_dim(d) for d in _sizes(dims)} - {0})
+    static = [d for d in ds if not x.dims[d - 1] or x._mask is None]
+    data = x.data.flip(static) if static else x.data
+    for d in ds:
+        if d not in static:
+            data = gather_line(data, d, reversed_index(x._lengths(d), data.size(d)))
+    return new(data, x._mask, x.dims)
+
+
+def _cumulative(fn, safe):
+    def rule(x, dim, *, dtype=None):
+        n = x.data.dim()
+        d = dim + n if dim < 0 else dim
+        if d == 0:  # over each example's leading 1: the values themselves
+            return new(fn(x.data.unsqueeze(1), 1, dtype=dtype).squeeze(1), x._mask, x.dims)
+        d = pe_dim(x, d, fn.__name__)
+        if not x.dims[d - 1] or x._mask is None:
+            return new(fn(x.data, d, dtype=dtype), x._mask, x.dims)
+        data = x.data if safe is None else neutralize(x, safe)
+        out = fn(data, d, dtype=dtype)
+        out = torch.where(x._mask, out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return new(out, x._mask, x.dims)
+    rule.__name__ = fn.__name__
+    return rule
+
+
+_reg(torch.cumsum, T.cumsum)(_cumulative(torch.cumsum, None))
+_reg(torch.cumprod, T.cumprod)(_cumulative(torch.cumprod, 1.0))

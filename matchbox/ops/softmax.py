@@ -1,1 +1,41 @@
-"""(rules to come)"""
+"""softmax and log_softmax over a per-example dim.
+
+Along a dynamic dim the normalisation sees real entries only: non-real
+entries get ``-inf`` first, and afterwards are set to 0, so a row with no
+real entry (padding only, or a dormant lane) yields 0, never NaN.  Along a
+static dim the op is applied as is.  mask and dims are the input's.
+"""
+import torch
+import torch.nn.functional as F
+
+from ._registry import new, norm_dim, real_mask, register
+
+T = torch.Tensor
+
+
+def _softmax_rule(name, fn):
+    def rule(input, dim=None, _stacklevel=3, dtype=None):
+        x = input
+        if isinstance(_stacklevel, torch.dtype):  # torch.softmax(x, dim, dtype) positionally
+            dtype = _stacklevel
+        if dim is None:  # F.softmax's legacy implicit dim, from the per-example ndim
+            dim = 0 if x.data.dim() in (0, 1, 3) else 1
+        try:
+            d = norm_dim(x, dim)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+        m = real_mask(x)
+        if m is None or not x.dims[d - 1]:
+            return new(fn(x.data, d, dtype=dtype), x._mask, x.dims)
+        data = x.data if dtype is None else x.data.to(dtype)
+        out = fn(torch.where(m, data, float("-inf")), d)
+        return new(torch.where(m, out, 0.0), x._mask, x.dims)
+    rule.__name__ = rule.__qualname__ = name
+    rule.__doc__ = f"``{name}`` normalised over the real entries of ``dim``."
+    return rule
+
+
+register(torch.softmax, T.softmax, F.softmax, torch.special.softmax)(
+    _softmax_rule("softmax", torch.softmax))
+register(torch.log_softmax, T.log_softmax, F.log_softmax, torch.special.log_softmax)(
+    _softmax_rule("log_softmax", torch.log_softmax))

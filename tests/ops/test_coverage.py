@@ -1,0 +1,60 @@
+"""Every torch callable the SPEC's op table names has a rule, or an explicit,
+commented exclusion here.  Fails when a rule disappears or a family grows a
+member without one."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from matchbox.ops._registry import RULES
+
+T = torch.Tensor
+
+
+def both(*names):
+    return [f for n in names for f in (getattr(torch, n, None), getattr(T, n, None)) if f is not None]
+
+
+FAMILIES = {
+    "pointwise": both("tanh", "exp", "log", "sqrt", "sigmoid", "relu", "abs", "neg", "add", "sub",
+                      "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge", "where",
+                      "masked_fill", "clamp", "maximum", "minimum")
+    + [T.__add__, T.__radd__, T.__sub__, T.__rsub__, T.__mul__, T.__rmul__, T.__truediv__,
+       T.__rtruediv__, T.__pow__, T.__rpow__, T.__neg__, T.__invert__, T.__and__, T.__or__],
+    "reduction": both("sum", "mean", "std", "var", "max", "min", "prod", "logsumexp", "argmax",
+                      "argmin", "any", "all", "norm"),
+    "softmax": both("softmax", "log_softmax") + [F.softmax, F.log_softmax],
+    "matmul": both("matmul", "bmm", "mm") + [T.__matmul__, T.__rmatmul__],
+    "shape": both("view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "flatten",
+                  "expand", "split", "chunk", "cat", "stack", "unbind", "flip", "cumsum"),
+    "indexing": [T.__getitem__, T.__setitem__] + both("gather", "index_select"),
+    "nn": [F.linear, F.embedding, F.dropout, F.layer_norm, F.gelu, F.relu, F.silu, F.elu,
+           F.leaky_relu, F.softplus, F.hardtanh],
+    "rnn": [torch._VF.rnn_tanh_cell, torch._VF.rnn_relu_cell, torch._VF.lstm_cell,
+            torch._VF.gru_cell],
+    "loss": [F.cross_entropy, F.nll_loss, F.mse_loss],
+}
+
+# Deliberately without a rule (the error names the op):
+EXCLUDED = {
+    torch.nonzero,        # result size depends on values: no per-example layout
+    torch.unique,         # same
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_has_rules(family):
+    missing = [getattr(f, "__qualname__", repr(f)) for f in FAMILIES[family]
+               if f not in RULES and f not in EXCLUDED]
+    assert not missing, f"{family}: no rule for {missing}"
+
+
+def test_exclusions_have_no_rule():
+    assert not [f for f in EXCLUDED if f in RULES]
+
+
+def test_ops_without_per_example_layout_raise_clearly():
+    from matchbox.test_utils import mb_rand
+    x = mb_rand(3, (True, 4))
+    for call in (lambda: torch.masked_select(x, x > 0), lambda: x.nonzero(), lambda: torch.unique(x)):
+        with pytest.raises(NotImplementedError):
+            call()

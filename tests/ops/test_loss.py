@@ -1,0 +1,379 @@
+"""Losses: reduction='none' per example via mb_test; 'mean'/'sum' against the
+same loss over the concatenated examples (values and gradients)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from matchbox import MaskedBatch
+from matchbox._lanes import lanes
+from matchbox.test_utils import mb_test
+
+LENGTHS = {"mixed": [1, 4, 2, 3], "one": [1, 1, 1], "equal": [3, 3, 3]}
+DT = torch.float64
+C = 5
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------ builders
+# layout -> (input shape per example given length n, dims, target shape, target dims)
+LAYOUTS = {
+    "class": (lambda n: (1, C), (False,), lambda n: (1,), ()),
+    "seq": (lambda n: (1, C, n), (False, True), lambda n: (1, n), (True,)),
+    "seq_static": (lambda n: (1, C, 3), (False, False), lambda n: (1, 3), (False,)),
+    "grid": (lambda n: (1, C, n, 5 - n), (False, True, True), lambda n: (1, n, 5 - n), (True, True)),
+}
+
+
+def _class_examples(layout, lengths, seed=0, ignore_index=None, probs=False):
+    g = _gen(seed)
+    xshape, xdims, tshape, tdims = LAYOUTS[layout]
+    xs = [torch.randn(xshape(n), generator=g, dtype=DT) for n in lengths]
+    if probs:
+        ts = [torch.softmax(torch.randn(xshape(n), generator=g, dtype=DT), 1) for n in lengths]
+        return xs, xdims, ts, xdims
+    ts = [torch.randint(0, C, tshape(n), generator=g) for n in lengths]
+    if ignore_index is not None:
+        for t in ts:
+            flat = t.view(-1)
+            flat[torch.rand(flat.shape, generator=g) < 0.3] = ignore_index
+    return xs, xdims, ts, tdims
+
+
+def _flat_logits(x):
+    return x.movedim(1, -1).reshape(-1, x.size(1))
+
+
+def _check_against_concat(batched_fn, concat_fn, args, dims):
+    """``args``: list (one per argument) of per-example tensor lists.
+    ``batched_fn`` gets MaskedBatches, ``concat_fn`` the per-example lists;
+    compares values and gradients of every float argument."""
+    leaves_b = [[a.detach().clone().requires_grad_(a.is_floating_point()) for a in arg] for arg in args]
+    leaves_c = [[a.detach().clone().requires_grad_(a.is_floating_point()) for a in arg] for arg in args]
+    batches = [MaskedBatch.fromlist(lv, d) for lv, d in zip(leaves_b, dims)]
+    got = batched_fn(*batches)
+    want = concat_fn(*leaves_c)
+    assert isinstance(got, torch.Tensor) and got.dim() == 0, type(got)
+    torch.testing.assert_close(got, want)
+    if got.requires_grad:
+        got.backward()
+        want.backward()
+        for lb, lc in zip(leaves_b, leaves_c):
+            for j, (b, c) in enumerate(zip(lb, lc)):
+                if c.requires_grad:
+                    assert b.grad is not None, f"no gradient for example {j}"
+                    torch.testing.assert_close(b.grad, c.grad)
+    return got
+
+
+CE_OPTIONS = {
+    "plain": {},
+    "weight": {"weight": torch.rand(C, generator=_gen(7), dtype=DT) + 0.1},
+    "ignore": {"ignore_index": 2},
+    "ignore_default": {"ignore_index": -100},
+    "smooth": {"label_smoothing": 0.2},
+    "weight_smooth_ignore": {"weight": torch.rand(C, generator=_gen(8), dtype=DT) + 0.1,
+                             "label_smoothing": 0.1, "ignore_index": -100},
+}
+
+
+def _ignore_of(opts):
+    return opts.get("ignore_index") if "ignore_index" in opts else None
+
+
+# ------------------------------------------------------------------ cross_entropy
+@pytest.mark.parametrize("option", CE_OPTIONS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_cross_entropy_none(lengths, layout, option):
+    opts = CE_OPTIONS[option]
+    xs, xd, ts, td = _class_examples(layout, LENGTHS[lengths], ignore_index=_ignore_of(opts))
+    out = mb_test(lambda x, t: F.cross_entropy(x, t, reduction="none", **opts),
+                  MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td), dtype=DT)
+    assert isinstance(out, MaskedBatch) and out.dims == td
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("option", CE_OPTIONS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_cross_entropy_reduced_equals_concat(lengths, layout, option, reduction):
+    opts = CE_OPTIONS[option]
+    xs, xd, ts, td = _class_examples(layout, LENGTHS[lengths], ignore_index=_ignore_of(opts))
+    _check_against_concat(
+        lambda x, t: F.cross_entropy(x, t, reduction=reduction, **opts),
+        lambda xs, ts: F.cross_entropy(torch.cat([_flat_logits(x) for x in xs]),
+                                       torch.cat([t.reshape(-1) for t in ts]),
+                                       reduction=reduction, **opts),
+        [xs, ts], [xd, td])
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("option", ["plain", "weight", "smooth"])
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_cross_entropy_probability_targets(lengths, option, reduction):
+    opts = {k: v for k, v in CE_OPTIONS[option].items() if k != "ignore_index"}
+    xs, xd, ps, pd = _class_examples("seq", LENGTHS[lengths], probs=True)
+    if reduction == "none":
+        mb_test(lambda x, p: F.cross_entropy(x, p, reduction="none", **opts),
+                MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ps, pd), dtype=DT)
+        return
+    _check_against_concat(
+        lambda x, p: F.cross_entropy(x, p, reduction=reduction, **opts),
+        lambda xs, ps: F.cross_entropy(torch.cat([_flat_logits(x) for x in xs]),
+                                       torch.cat([_flat_logits(p) for p in ps]),
+                                       reduction=reduction, **opts),
+        [xs, ps], [xd, pd])
+
+
+def test_cross_entropy_default_is_mean_scalar():
+    xs, xd, ts, td = _class_examples("seq", [2, 5, 1])
+    out = F.cross_entropy(MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td))
+    assert isinstance(out, torch.Tensor) and out.dim() == 0
+    want = F.cross_entropy(torch.cat([_flat_logits(x) for x in xs]), torch.cat([t.view(-1) for t in ts]))
+    torch.testing.assert_close(out, want)
+
+
+def test_cross_entropy_plain_target_tensor():
+    """Logits as a batch, labels as an ordinary (B,) Tensor."""
+    xs, xd, ts, td = _class_examples("class", [1, 1, 1, 1])
+    xb = MaskedBatch.fromlist(xs, xd)
+    t = torch.cat(ts)
+    torch.testing.assert_close(F.cross_entropy(xb, t), F.cross_entropy(torch.cat(xs), t))
+    out = F.cross_entropy(xb, t, reduction="none")
+    torch.testing.assert_close(torch.cat(out.examples()), F.cross_entropy(torch.cat(xs), t, reduction="none"))
+
+
+def test_cross_entropy_legacy_size_average():
+    xs, xd, ts, td = _class_examples("seq", [2, 3])
+    out = F.cross_entropy(MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td), size_average=False)
+    want = F.cross_entropy(torch.cat([_flat_logits(x) for x in xs]), torch.cat([t.view(-1) for t in ts]),
+                           reduction="sum")
+    torch.testing.assert_close(out, want)
+
+
+def test_cross_entropy_nan_padding_and_garbage_targets():
+    lengths = [1, 4, 2]
+    xs, xd, ts, td = _class_examples("seq", lengths)
+    xb = MaskedBatch.fromlist(xs, xd)
+    tb = MaskedBatch.fromlist(ts, td)
+    xdata = xb.data.clone()
+    xdata[~xb.mask.expand_as(xdata)] = float("nan")
+    tdata = tb.data.clone()
+    tdata[~tb.mask] = 10 ** 6
+    x = MaskedBatch(xdata.requires_grad_(), xb.mask, xd)
+    t = MaskedBatch(tdata, tb.mask, td)
+    for reduction in ("mean", "sum"):
+        loss = F.cross_entropy(x, t, reduction=reduction, label_smoothing=0.1)
+        want = F.cross_entropy(torch.cat([_flat_logits(e) for e in xs]), torch.cat([e.view(-1) for e in ts]),
+                               reduction=reduction, label_smoothing=0.1)
+        torch.testing.assert_close(loss, want)
+        x.data.grad = None
+        loss.backward()
+        g = x.data.grad
+        assert torch.isfinite(g).all()
+        assert (g[~xb.mask.expand_as(g)] == 0).all()
+    out = F.cross_entropy(x, t, reduction="none")
+    for e, xe, te in zip(out.examples(), xs, ts):
+        torch.testing.assert_close(e, F.cross_entropy(xe, te, reduction="none"))
+
+
+def test_cross_entropy_dormant_lanes_excluded():
+    xs, xd, ts, td = _class_examples("class", [1, 1, 1])
+    xb, tb = MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td)
+    tb.data[1] = 99  # dormant lane: garbage must not raise
+    with lanes(torch.tensor([True, False, True])):
+        loss = F.cross_entropy(xb, tb)
+    want = F.cross_entropy(torch.cat([xs[0], xs[2]]), torch.cat([ts[0], ts[2]]))
+    torch.testing.assert_close(loss, want)
+
+
+def test_cross_entropy_errors():
+    xs, xd, ts, td = _class_examples("seq", [2, 3])
+    xb, tb = MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td)
+    # class dimension dynamic (the (1, n, C) layout)
+    xt = MaskedBatch.fromlist([x.transpose(1, 2).contiguous() for x in xs], (True, False))
+    with pytest.raises(ValueError, match="class dimension"):
+        F.cross_entropy(xt, tb)
+    # lengths differ
+    t2 = MaskedBatch.fromlist([torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long)], (True,))
+    with pytest.raises(ValueError, match="per-example sizes differ"):
+        F.cross_entropy(xb, t2)
+    with pytest.raises(ValueError, match="reduction"):
+        F.cross_entropy(xb, tb, reduction="avg")
+    bad = MaskedBatch.fromlist([torch.tensor([[7, 0]]), torch.tensor([[1, 2, 3]])], (True,))
+    with pytest.raises((IndexError, RuntimeError)):
+        F.cross_entropy(xb, bad)
+    with pytest.raises(ValueError, match="one dimension fewer"):
+        F.cross_entropy(xb, MaskedBatch.fromlist([t.unsqueeze(1) for t in ts], (False, True)))
+
+
+# ------------------------------------------------------------------ nll_loss
+NLL_OPTIONS = {k: v for k, v in CE_OPTIONS.items() if "label_smoothing" not in v}
+
+
+@pytest.mark.parametrize("option", NLL_OPTIONS)
+@pytest.mark.parametrize("layout", ["class", "seq", "grid"])
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_nll_loss(lengths, layout, option):
+    opts = NLL_OPTIONS[option]
+    xs, xd, ts, td = _class_examples(layout, LENGTHS[lengths], ignore_index=_ignore_of(opts))
+    out = mb_test(lambda x, t: F.nll_loss(x, t, reduction="none", **opts),
+                  MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td), dtype=DT)
+    assert out.dims == td
+    for reduction in ("mean", "sum"):
+        _check_against_concat(
+            lambda x, t: F.nll_loss(x, t, reduction=reduction, **opts),
+            lambda xs, ts: F.nll_loss(torch.cat([_flat_logits(x) for x in xs]),
+                                      torch.cat([t.reshape(-1) for t in ts]),
+                                      reduction=reduction, **opts),
+            [xs, ts], [xd, td])
+
+
+# ------------------------------------------------------------------ elementwise losses
+def _sig(x):
+    return torch.sigmoid(x)
+
+
+# name -> (fn(input, target, reduction), input transform for concat ref, target maker)
+ELEMENTWISE = {
+    "mse": lambda x, t, r: F.mse_loss(x, t, reduction=r),
+    "l1": lambda x, t, r: F.l1_loss(x, t, reduction=r),
+    "smooth_l1": lambda x, t, r: F.smooth_l1_loss(x, t, reduction=r, beta=0.5),
+    "huber": lambda x, t, r: F.huber_loss(x, t, reduction=r, delta=0.7),
+    "bce_logits": lambda x, t, r: F.binary_cross_entropy_with_logits(x, t.abs().clamp(max=1.0), reduction=r),
+    "bce_logits_pos_weight": lambda x, t, r: F.binary_cross_entropy_with_logits(
+        x, t.abs().clamp(max=1.0), reduction=r, pos_weight=torch.tensor([1.0, 2.0, 0.5], dtype=DT)),
+    "bce": lambda x, t, r: F.binary_cross_entropy(torch.sigmoid(x), t.abs().clamp(max=1.0), reduction=r),
+    "kl_div": lambda x, t, r: F.kl_div(x, t.abs() + 0.1, reduction=r),
+    "kl_div_log_target": lambda x, t, r: F.kl_div(x, t, reduction=r, log_target=True),
+}
+EW_SPECS = {
+    "dynamic": (4, (True, 5), (False, 3)),
+    "static": (3, (False, 2), (False, 3)),
+    "two_dynamic": (3, (True, 4), (True, 3), (False, 3)),
+}
+
+
+def _ew_examples(spec, lengths, seed=0):
+    g = _gen(seed)
+    B, dims = spec[0], spec[1:]
+    lens = {}
+    shapes = []
+    for b in range(B):
+        shape = [1]
+        for dyn, size in dims:
+            if dyn:
+                ls = lens.setdefault(size, ([1] * B if lengths == "one" else [size] * B if lengths == "equal"
+                                            else [1 + (b * 7 + size) % size for b in range(B)]))
+                if lengths == "mixed":
+                    ls[0], ls[-1] = 1, size
+                shape.append(ls[b])
+            else:
+                shape.append(size)
+        shapes.append(shape)
+    xs = [torch.randn(s, generator=g, dtype=DT) for s in shapes]
+    ts = [torch.randn(s, generator=g, dtype=DT) for s in shapes]
+    return xs, ts, tuple(d for d, _ in dims)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("spec", EW_SPECS)
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_none(name, spec, lengths):
+    f = ELEMENTWISE[name]
+    out = mb_test(lambda x, t: f(x, t, "none"), EW_SPECS[spec], EW_SPECS[spec], lengths=lengths, dtype=DT)
+    assert out.dims == tuple(d for d, _ in EW_SPECS[spec][1:])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("spec", EW_SPECS)
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_reduced_equals_concat(name, spec, lengths, reduction):
+    f = ELEMENTWISE[name]
+    xs, ts, dims = _ew_examples(EW_SPECS[spec], lengths)
+    # flatten to (1, N, 3): the last (static) dim keeps pos_weight broadcasting right
+    _check_against_concat(
+        lambda x, t: f(x, t, reduction),
+        lambda xs, ts: f(torch.cat([x.reshape(-1, 3) for x in xs]),
+                         torch.cat([t.reshape(-1, 3) for t in ts]), reduction),
+        [xs, ts], [dims, dims])
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_kl_div_batchmean(lengths):
+    xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], lengths)
+    _check_against_concat(
+        lambda x, t: F.kl_div(x, t, reduction="batchmean", log_target=True),
+        lambda xs, ts: sum(F.kl_div(x, t, reduction="sum", log_target=True) for x, t in zip(xs, ts)) / len(xs),
+        [xs, ts], [dims, dims])
+
+
+@pytest.mark.parametrize("name", ["mse", "l1", "huber"])
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_weighted_elementwise(name, lengths):
+    fn = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.huber_loss}[name]
+    xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], lengths)
+    ws = [t.abs() + 0.1 for t in _ew_examples(EW_SPECS["dynamic"], lengths, seed=3)[1]]
+    mb_test(lambda x, t, w: fn(x, t, reduction="none", weight=w), MaskedBatch.fromlist(xs, dims),
+            MaskedBatch.fromlist(ts, dims), MaskedBatch.fromlist(ws, dims), dtype=DT)
+    for reduction in ("mean", "sum"):
+        _check_against_concat(
+            lambda x, t, w: fn(x, t, reduction=reduction, weight=w),
+            lambda xs, ts, ws: fn(torch.cat([x.reshape(-1) for x in xs]), torch.cat([t.reshape(-1) for t in ts]),
+                                  reduction=reduction, weight=torch.cat([w.reshape(-1) for w in ws])),
+            [xs, ts, ws], [dims, dims, dims])
+
+
+def test_bce_with_weight_tensor():
+    xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], "mixed")
+    ts = [t.abs().clamp(max=1) for t in ts]
+    w = torch.tensor([0.5, 1.0, 2.0], dtype=DT)
+    _check_against_concat(
+        lambda x, t: F.binary_cross_entropy_with_logits(x, t, weight=w),
+        lambda xs, ts: F.binary_cross_entropy_with_logits(torch.cat([x.reshape(-1, 3) for x in xs]),
+                                                          torch.cat([t.reshape(-1, 3) for t in ts]), weight=w),
+        [xs, ts], [dims, dims])
+
+
+def test_mse_nan_padding():
+    xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], "mixed")
+    xb, tb = MaskedBatch.fromlist(xs, dims), MaskedBatch.fromlist(ts, dims)
+    xdata = xb.data.clone()
+    xdata[~xb.mask.expand_as(xdata)] = float("nan")
+    tdata = tb.data.clone()
+    tdata[~tb.mask.expand_as(tdata)] = float("inf")
+    x = MaskedBatch(xdata.requires_grad_(), xb.mask, dims)
+    t = MaskedBatch(tdata, tb.mask, dims)
+    for fn in (F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.binary_cross_entropy_with_logits):
+        tt = t if fn is not F.binary_cross_entropy_with_logits else MaskedBatch(tdata.abs().clamp(max=1), tb.mask, dims)
+        loss = fn(x, tt)
+        assert torch.isfinite(loss)
+        x.data.grad = None
+        loss.backward()
+        assert torch.isfinite(x.data.grad).all()
+        assert (x.data.grad[~xb.mask.expand_as(xdata)] == 0).all()
+
+
+def test_bce_none_with_garbage_padding_does_not_raise():
+    xs = [torch.rand(1, n, dtype=DT) for n in (1, 3)]
+    ts = [torch.rand(1, n, dtype=DT) for n in (1, 3)]
+    xb = MaskedBatch.fromlist(xs, (True,))
+    xdata = xb.data.clone()
+    xdata[~xb.mask] = 7.0  # outside [0, 1]: torch would refuse it
+    x = MaskedBatch(xdata, xb.mask, (True,))
+    out = F.binary_cross_entropy(x, MaskedBatch.fromlist(ts, (True,)), reduction="none")
+    for e, xe, te in zip(out.examples(), xs, ts):
+        torch.testing.assert_close(e, F.binary_cross_entropy(xe, te, reduction="none"))
+
+
+def test_elementwise_errors():
+    xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], "mixed")
+    xb, tb = MaskedBatch.fromlist(xs, dims), MaskedBatch.fromlist(ts, dims)
+    with pytest.raises(ValueError, match="reduction"):
+        F.mse_loss(xb, tb, reduction="batchmean")
+    with pytest.raises(ValueError, match="weight"):
+        F.mse_loss(xb, tb, weight=torch.ones(1, 5, 3))

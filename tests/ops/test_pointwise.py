@@ -1,0 +1,143 @@
+"""Pointwise rules: one op table, one checker (mb_test), values and gradients."""
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+from matchbox import MaskedBatch
+from matchbox.test_utils import mb_test
+
+LENGTHS = ("mixed", "one", "equal")
+SPECS = {
+    "dynamic": (4, (True, 5), (False, 3)),
+    "static": (3, (False, 2), (False, 3)),
+    "two_dynamic": (3, (True, 4), (True, 3)),
+}
+
+# name -> (function, input domain): "pos" shifts inputs into (0.5, inf)
+UNARY = {
+    "tanh": (torch.tanh, None), "exp": (torch.exp, None), "neg": (lambda x: -x, None),
+    "abs_method": (lambda x: x.abs(), None), "sigmoid": (torch.sigmoid, None),
+    "sin": (lambda x: x.sin(), None), "relu": (torch.relu, None),
+    "log": (torch.log, "pos"), "sqrt": (lambda x: x.sqrt(), "pos"),
+    "rsqrt": (torch.rsqrt, "pos"), "reciprocal": (lambda x: x.reciprocal(), "pos"),
+    "log1p": (torch.log1p, "pos"), "square": (torch.square, None), "erf": (torch.erf, None),
+    "pow_scalar": (lambda x: x ** 2, None), "rpow": (lambda x: 2 ** x, None),
+    "clamp": (lambda x: x.clamp(-0.5, 0.5), None), "clamp_min": (lambda x: torch.clamp(x, min=0.1), None),
+    "float_cast": (lambda x: x.float().double(), None),
+    "masked_fill": (lambda x: x.masked_fill(x > 0, 0.25), None),
+    "where_scalar": (lambda x: torch.where(x > 0, x, 0.0), None),
+    "gelu": (F.gelu, None), "silu": (F.silu, None), "elu": (F.elu, None),
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.1), None), "softplus": (F.softplus, None),
+    "hardtanh": (F.hardtanh, None), "logsigmoid": (F.logsigmoid, None),
+}
+
+BINARY = {
+    "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+    "div": lambda x, y: x / (y.abs() + 0.5), "torch_add_alpha": lambda x, y: torch.add(x, y, alpha=2),
+    "maximum": torch.maximum, "atan2": torch.atan2, "where": lambda x, y: torch.where(x > y, x, y),
+    "rsub_tensor_first": lambda x, y: 1.0 - x * y, "pow": lambda x, y: (x.abs() + 0.5) ** y,
+    "lerp": lambda x, y: torch.lerp(x, y, 0.3),
+}
+
+
+def _domain(f, domain):
+    if domain == "pos":
+        return lambda x: f(x.abs() + 0.5)
+    return f
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("name", UNARY)
+def test_unary(name, spec, lengths):
+    f, domain = UNARY[name]
+    mb_test(_domain(f, domain), SPECS[spec], lengths=lengths, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_two_batches(name, spec, lengths):
+    mb_test(BINARY[name], SPECS[spec], SPECS[spec], lengths=lengths, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", BINARY)
+@pytest.mark.parametrize("other", [(3,), (1, 3), (1, 1, 3), (1, 1, 1)])
+def test_binary_against_plain_tensor(name, other):
+    """Tensors and Parameters broadcast as they do against one example."""
+    mb_test(BINARY[name], SPECS["dynamic"], other, lengths="mixed", dtype=torch.float64)
+    mb_test(lambda x, y: BINARY[name](y, x), SPECS["dynamic"], other, lengths="mixed", dtype=torch.float64)
+
+
+@pytest.mark.parametrize("number", [2, 0.5, -3.0])
+def test_binary_against_numbers(number):
+    f = lambda x: (x + number) * number - number / (x.abs() + 1) + (number - x) / number  # noqa: E731
+    mb_test(f, SPECS["dynamic"], lengths="mixed", dtype=torch.float64)
+
+
+def test_broadcast_between_batches_of_different_rank():
+    """(1, n, 3) against a per-example (1, 3) or (1, n, 1) value."""
+    mb_test(lambda x, y: x * y, (4, (True, 5), (False, 3)), (4, (False, 3)), lengths="mixed", dtype=torch.float64)
+    mb_test(lambda x, y: x - y, (4, (True, 5), (False, 3)), (4, (True, 5), (False, 1)),
+            lengths="mixed", dtype=torch.float64)
+    mb_test(lambda x, s: x / (s.abs() + 1), (4, (True, 5), (False, 3)), (4, (False, 1)),
+            lengths="mixed", dtype=torch.float64)
+
+
+def test_comparisons_and_logical():
+    fs = [lambda x, y: x > y, lambda x, y: x <= y, lambda x, y: x == x, lambda x, y: x != y,
+          lambda x, y: (x > 0) & (y > 0), lambda x, y: (x > 0) | (y < 0), lambda x, y: ~(x > y),
+          lambda x, y: torch.logical_xor(x > 0, y > 0)]
+    for f in fs:
+        out = mb_test(f, SPECS["dynamic"], SPECS["dynamic"], lengths="mixed", grad=False)
+        assert out.dtype == torch.bool
+
+
+def test_mask_and_dims_follow_the_table():
+    x = MaskedBatch.fromlist([torch.randn(1, n, 3) for n in (2, 4)], (True, False))
+    y = MaskedBatch.fromlist([torch.randn(1, 3) for _ in (2, 4)], (False,))
+    z = x + y
+    assert z.dims == (True, False) and torch.equal(z.mask, x.mask)
+    assert (x.tanh()).mask is x.mask  # unary: no mask work at all
+
+
+def test_different_lengths_are_refused():
+    x = MaskedBatch.fromlist([torch.randn(1, n) for n in (2, 4)], (True,))
+    y = MaskedBatch.fromlist([torch.randn(1, n) for n in (3, 4)], (True,))
+    with pytest.raises(ValueError, match="lengths differ"):
+        x + y
+    s = MaskedBatch.fromlist([torch.randn(1, 4) for _ in (2, 4)], (False,))
+    with pytest.raises(ValueError, match="static size 4"):
+        x * s
+
+
+def test_padding_nan_never_reaches_real_gradients():
+    """log/sqrt/div of padding zeros must not put NaN into real gradients."""
+    data = torch.rand(3, 4, dtype=torch.float64) + 0.5
+    data[0, 2:] = 0.0
+    data[1, 1:] = -1.0
+    data.requires_grad_()
+    x = MaskedBatch.from_padded(data, [2, 1, 4])
+    y = (x.log() + x.sqrt() + 1 / x + x ** 0.5).to_padded(0.0).sum()
+    y.backward()
+    assert torch.isfinite(data.grad).all()
+    assert torch.equal(data.grad[0, 2:], torch.zeros(2, dtype=torch.float64))
+
+
+@settings(max_examples=40, deadline=None)
+@given(B=st.integers(1, 5), n=st.integers(1, 6), k=st.integers(1, 3),
+       dyn=st.booleans(), op=st.sampled_from(sorted(BINARY)), seed=st.integers(0, 2**16))
+def test_property_binary(B, n, k, dyn, op, seed):
+    torch.manual_seed(seed)
+    spec = (B, (dyn, n), (False, k))
+    mb_test(BINARY[op], spec, spec, dtype=torch.float64)
+
+
+@settings(max_examples=40, deadline=None)
+@given(B=st.integers(1, 5), n=st.integers(1, 6), dyn=st.booleans(),
+       op=st.sampled_from(sorted(UNARY)), seed=st.integers(0, 2**16))
+def test_property_unary(B, n, dyn, op, seed):
+    torch.manual_seed(seed)
+    f, domain = UNARY[op]
+    mb_test(_domain(f, domain), (B, (dyn, n), (True, 3)), dtype=torch.float64)

@@ -1,0 +1,138 @@
+"""RNN cells (nn.RNNCell / LSTMCell / GRUCell and the torch._VF functions
+they call): batched vs per-example values and gradients, masks, errors."""
+import pytest
+import torch
+import torch.nn as nn
+
+from matchbox import MaskedBatch
+from matchbox._lanes import lanes
+from matchbox.test_utils import mb_test
+
+CELLS = {
+    "rnn_tanh": lambda i, h: nn.RNNCell(i, h),
+    "rnn_relu": lambda i, h: nn.RNNCell(i, h, nonlinearity="relu"),
+    "gru": lambda i, h: nn.GRUCell(i, h),
+    "lstm": lambda i, h: nn.LSTMCell(i, h),
+}
+BATCH = (1, 2, 5)
+
+
+@pytest.mark.parametrize("B", BATCH)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("kind", CELLS)
+def test_cell_with_hidden(kind, bias, B):
+    torch.manual_seed(0)
+    cell = CELLS[kind](3, 2)
+    if not bias:
+        cell = type(cell)(3, 2, bias=False) if kind != "rnn_relu" else nn.RNNCell(3, 2, bias=False, nonlinearity="relu")
+    cell = cell.double()
+    if kind == "lstm":
+        out = mb_test(lambda x, h, c: cell(x, (h, c)), (B, (False, 3)), (B, (False, 2)),
+                      (B, (False, 2)), params=list(cell.parameters()), dtype=torch.float64)
+        assert isinstance(out, tuple) and all(isinstance(o, MaskedBatch) for o in out)
+    else:
+        out = mb_test(cell, (B, (False, 3)), (B, (False, 2)))
+        assert isinstance(out, MaskedBatch) and out.dims == (False,)
+
+
+@pytest.mark.parametrize("B", BATCH)
+@pytest.mark.parametrize("kind", CELLS)
+def test_cell_without_hidden(kind, B):
+    cell = CELLS[kind](3, 4).double()
+    mb_test(cell, (B, (False, 3)))
+
+
+def test_spec_example_rnncell():
+    mb_test(nn.RNNCell(2, 2).double(), (4, (False, 2)), (4, (False, 2)))
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_plain_input_batched_hidden(kind):
+    """A plain (1, F) input shared by every example, batched hidden state."""
+    cell = CELLS[kind](3, 2).double()
+    x = (1, 3)
+    if kind == "lstm":
+        mb_test(lambda x, h, c: cell(x, (h, c)), x, (3, (False, 2)), (3, (False, 2)),
+                params=list(cell.parameters()), dtype=torch.float64)
+        mb_test(lambda x, h, c: cell(x, (h, c)), (3, (False, 3)), (3, (False, 2)), (1, 2),
+                params=list(cell.parameters()), dtype=torch.float64)
+    else:
+        mb_test(cell, x, (3, (False, 2)))
+        mb_test(cell, (3, (False, 3)), (1, 2))
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_unrolled_over_steps(kind):
+    """Three steps of a cell, hidden state carried along."""
+    cell = CELLS[kind](3, 2).double()
+
+    def run(x1, x2, x3):
+        h = None
+        for x in (x1, x2, x3):
+            h = cell(x) if h is None else cell(x, h)
+        return h
+    spec = (4, (False, 3))
+    mb_test(run, spec, spec, spec, params=list(cell.parameters()), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_result_mask_is_conjunction_and_bad_lanes_are_clean(kind):
+    """A lane that is not real (mask False) holding NaN must not poison the
+    weight gradients or the other lanes; the result mask is the conjunction."""
+    torch.manual_seed(0)
+    cell = CELLS[kind](3, 2).double()
+    x = torch.randn(3, 3, dtype=torch.float64)
+    h = torch.randn(3, 2, dtype=torch.float64)
+    x[1] = float("nan")
+    h[2] = float("inf")
+    mx = torch.tensor([[True], [False], [True]])
+    mh = torch.tensor([[True], [True], [False]])
+    xb = MaskedBatch(x, mx, (False,))
+    hb = MaskedBatch(h, mh, (False,))
+    if kind == "lstm":
+        c = torch.randn(3, 2, dtype=torch.float64)
+        out = cell(xb, (hb, MaskedBatch(c, None, (False,))))
+        ref = cell(x[:1], (h[:1], c[:1]))
+        outs = list(out)
+    else:
+        out = cell(xb, hb)
+        ref = (cell(x[:1], h[:1]),)
+        outs = [out]
+    for o, r in zip(outs, ref):
+        assert torch.equal(o.mask, mx & mh)
+        assert torch.isfinite(o.data).all()
+        torch.testing.assert_close(o.data[:1], r)
+    cell.zero_grad()
+    sum(o.data[0].sum() for o in outs).backward()
+    got = [p.grad.clone() for p in cell.parameters()]
+    cell.zero_grad()
+    sum(r.sum() for r in ref).backward()
+    for g, p in zip(got, cell.parameters()):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, p.grad)
+
+
+def test_dormant_lane_is_zero_and_finite():
+    cell = nn.GRUCell(2, 2).double()
+    x = torch.randn(2, 2, dtype=torch.float64)
+    x[1] = float("nan")
+    xb = MaskedBatch(x, None, (False,))
+    with lanes(torch.tensor([True, False])):
+        out = cell(xb)
+    assert torch.isfinite(out.data).all()
+    torch.testing.assert_close(out.data[:1], cell(x[:1]))
+
+
+def test_errors():
+    cell = nn.RNNCell(2, 2)
+    dyn = MaskedBatch.fromlist([torch.randn(1, 2, 2), torch.randn(1, 3, 2)], (True, False))
+    with pytest.raises(ValueError, match=r"\(1, features\)"):
+        torch.rnn_tanh_cell(dyn, torch.zeros(2, 2), cell.weight_ih, cell.weight_hh)
+    dynf = MaskedBatch.fromlist([torch.randn(1, 2), torch.randn(1, 3)], (True,))
+    with pytest.raises(ValueError, match="dynamic feature dimension"):
+        cell(dynf)
+    x = MaskedBatch.fromlist([torch.randn(1, 2)] * 3, (False,))
+    with pytest.raises(ValueError, match="must be"):
+        cell(x, torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="batch sizes differ"):
+        cell(x, MaskedBatch.fromlist([torch.randn(1, 2)] * 2, (False,)))

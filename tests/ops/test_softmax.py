@@ -1,0 +1,118 @@
+"""softmax / log_softmax: normalised over real entries only."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from matchbox import MaskedBatch
+from matchbox._lanes import lanes
+from matchbox.test_utils import mb_test
+
+LENGTHS = ("mixed", "one", "equal")
+SPECS = {
+    "dyn_static": (4, (True, 5), (False, 3)),
+    "static_dyn": (3, (False, 3), (True, 4)),
+    "two_dyn": (3, (True, 4), (True, 3)),
+    "static": (3, (False, 2), (False, 3)),
+}
+FNS = {
+    "torch.softmax": lambda x, d: torch.softmax(x, d),
+    "Tensor.softmax": lambda x, d: x.softmax(d),
+    "F.softmax": lambda x, d: F.softmax(x, dim=d),
+    "torch.log_softmax": lambda x, d: torch.log_softmax(x, d),
+    "Tensor.log_softmax": lambda x, d: x.log_softmax(dim=d),
+    "F.log_softmax": lambda x, d: F.log_softmax(x, d),
+    "special.softmax": lambda x, d: torch.special.softmax(x, d),
+}
+
+
+def poison(x, value=float("nan")):
+    """Put garbage in a batch's padding (a no-op for one example)."""
+    if isinstance(x, MaskedBatch) and x._mask is not None:
+        return MaskedBatch._new(torch.where(x._mask, x.data, value), x._mask, x.dims)
+    return x
+
+
+CASES = [(s, n) for s in SPECS for n in (LENGTHS if s in ("dyn_static", "two_dyn") else ("mixed",))]
+
+
+@pytest.mark.parametrize("spec,lengths", CASES)
+@pytest.mark.parametrize("dim", [1, 2, -2])
+@pytest.mark.parametrize("name", ["torch.softmax", "torch.log_softmax"])
+def test_softmax(name, dim, spec, lengths):
+    f = FNS[name]
+    mb_test(lambda x: f(poison(x), dim), SPECS[spec], lengths=lengths, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+@pytest.mark.parametrize("name", FNS)
+def test_softmax_forms(name, dim):
+    f = FNS[name]
+    mb_test(lambda x: f(poison(x), dim), SPECS["two_dyn"], lengths="mixed", dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dtype_form", ["torch", "method", "F"])
+def test_softmax_dtype_argument(dtype_form):
+    f = {"torch": lambda x: torch.softmax(poison(x), -1, torch.float32),
+         "method": lambda x: poison(x).log_softmax(1, dtype=torch.float32),
+         "F": lambda x: F.softmax(poison(x), -1, dtype=torch.float32)}[dtype_form]
+    y = mb_test(f, SPECS["two_dyn"], lengths="mixed", dtype=torch.float64)
+    assert y.dtype == torch.float32
+
+
+@pytest.mark.parametrize("squares", [(True, 3), (False, 3)])
+def test_causal_attention_original_matchbox(squares):
+    for lengths in LENGTHS:
+        mb_test(lambda x: x.causal_mask(2, 1).softmax(-1) @ x, (4, squares, squares),
+                lengths=lengths, dtype=torch.float64)
+
+
+def test_implicit_dim_of_F_softmax():
+    # per example (1, n) is 2-D, so the legacy implicit dim is 1
+    with pytest.warns(UserWarning):
+        mb_test(lambda x: F.softmax(poison(x)), (3, (True, 4)), lengths="mixed", dtype=torch.float64)
+
+
+def test_mask_and_dims_kept():
+    x = MaskedBatch.fromlist([torch.randn(1, 2, 3), torch.randn(1, 4, 1)], (True, True))
+    y = x.softmax(1)
+    assert y.dims == x.dims and y._mask is x._mask
+
+
+def test_row_without_real_entries_is_zero_not_nan():
+    data = torch.randn(2, 3, 2, dtype=torch.float64, requires_grad=True)
+    x = MaskedBatch.from_padded(data, torch.tensor([2, 0]), dim=1)   # example 1 is empty
+    for f in (torch.softmax, torch.log_softmax):
+        y = f(poison(x), 1)
+        assert torch.isfinite(y.data).all()
+        data.grad = None
+        (y.data * torch.randn_like(y.data)).sum().backward()
+        assert torch.isfinite(data.grad).all() and (data.grad[1] == 0).all()
+
+
+def test_attention_weights_give_finite_value_gradients():
+    # padded query rows produce padding-only softmax rows; they must not poison dv
+    q = MaskedBatch.fromlist([torch.randn(1, n, 4, dtype=torch.float64) for n in (1, 3)], (True, False))
+    k = MaskedBatch.fromlist([torch.randn(1, n, 4, dtype=torch.float64) for n in (1, 3)], (True, False))
+    v = MaskedBatch.fromlist([torch.randn(1, n, 4, dtype=torch.float64) for n in (1, 3)], (True, False))
+    v.data.requires_grad_(True)
+    scores = MaskedBatch._new(poison(q).data @ poison(k).data.transpose(1, 2),
+                              q._mask[:, :, :1] & k._mask[:, None, :, 0], (True, True))
+    out = torch.softmax(poison(scores, float("inf")), -1) @ poison(v)
+    (out.data * torch.randn_like(out.data)).sum().backward()
+    assert torch.isfinite(v.data.grad).all()
+
+
+def test_dormant_lane_is_finite():
+    x = MaskedBatch.fromlist([torch.randn(1, 3), torch.randn(1, 2)], (True,))
+    with lanes(torch.tensor([True, False])):
+        y = torch.softmax(poison(x), 1)
+    assert torch.isfinite(y.data).all()
+    assert torch.allclose(y.data[0], torch.softmax(x.data[0], 0))
+
+
+def test_softmax_over_batch_dim_raises():
+    x = MaskedBatch.fromlist([torch.randn(1, 3), torch.randn(1, 2)], (True,))
+    with pytest.raises(ValueError, match="softmax.*dimension 0"):
+        x.softmax(0)
+    with pytest.raises(ValueError, match="log_softmax.*dimension 0"):
+        F.log_softmax(x, -2)

@@ -1,0 +1,66 @@
+"""mb_test itself: it must catch wrong values and wrong gradients."""
+import pytest
+import torch
+import torch.nn as nn
+
+from matchbox import MaskedBatch
+from matchbox.test_utils import mb_assert, mb_rand, mb_test
+
+
+def test_mb_rand_shapes_and_shared_lengths():
+    b = mb_rand(5, (True, 4), (False, 3))
+    assert isinstance(b, MaskedBatch) and b.dims == (True, False) and b.batch_size == 5
+    assert all(1 <= e.size(1) <= 4 and e.size(2) == 3 for e in b.examples())
+    assert mb_rand(2, 3).shape == (2, 3)
+    sq = mb_rand(4, (True, 3), (True, 3))
+    assert all(e.size(1) == e.size(2) for e in sq.examples())
+    one = mb_rand(3, (True, 4), lengths="one")
+    assert [e.size(1) for e in one.examples()] == [1, 1, 1]
+
+
+def test_catches_wrong_values_naming_example():
+    f = lambda x: x * (2 if isinstance(x, MaskedBatch) else 1)  # noqa: E731
+    with pytest.raises(AssertionError, match=r"output, example 0: worst error"):
+        mb_test(f, (3, (True, 4)))
+
+
+def test_catches_wrong_input_gradients():
+    def f(x):
+        if isinstance(x, MaskedBatch):  # same values, doubled gradient
+            return x + (x - x.detach())
+        return x
+    with pytest.raises(AssertionError, match="gradient of argument 0, example"):
+        mb_test(f, (3, (True, 4)))
+    mb_test(f, (3, (True, 4)), grad=False)
+
+
+def test_catches_wrong_parameter_gradients():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4))
+
+        def forward(self, x):
+            w = self.w * 3 - 2 * self.w.detach() if isinstance(x, MaskedBatch) else self.w
+            return x * w
+    with pytest.raises(AssertionError, match="gradient of parameter w"):
+        mb_test(M(), (3, (False, 4)))
+
+
+def test_shared_tensor_and_reused_argument():
+    mb_test(lambda x, w, y: x * w + y, (3, (True, 4), (False, 2)), (2,), 0)
+    with pytest.raises(AssertionError, match="gradient of shared argument 1"):
+        mb_test(lambda x, w: x * (w if not isinstance(x, MaskedBatch) else w * 2 - w.detach()),
+                (3, (True, 4), (False, 2)), (2,))
+
+
+def test_tuple_outputs_and_shape_mismatch():
+    mb_test(lambda x: (x.exp(), [x * 2]), (3, (True, 4)))
+    with pytest.raises(AssertionError, match=r"output\[1\], example 0: shape"):
+        mb_test(lambda x: (x, x.data[:, :1] if isinstance(x, MaskedBatch) else x), (3, (True, 4)),
+                lengths="equal")
+
+
+def test_mb_assert_original_form():
+    xs = [torch.randn(1, n) for n in (2, 3)]
+    mb_assert(torch.tanh, [xs], [MaskedBatch.fromlist(xs, (True,))], 2)
