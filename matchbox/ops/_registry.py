@@ -19,7 +19,7 @@ from ..core import RULES, MaskedBatch, real_mask
 __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
-    "tensor_methods",
+    "tensor_methods", "register_distinct", "canon_mask",
 ]
 
 _INSTALLED = set()
@@ -67,6 +67,17 @@ def register(*funcs):
     return deco
 
 
+def register_distinct(*funcs):
+    """``register`` over the distinct callables among ``funcs`` that have no
+    rule yet: torch exposes many aliases (``Tensor.__neg__`` is
+    ``Tensor.neg``, ``torch.concat`` is ``torch.cat`` ...)."""
+    seen = []
+    for f in funcs:
+        if f is not None and f not in seen and f not in RULES:
+            seen.append(f)
+    return register(*seen)
+
+
 def func_name(func):
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
     mod = getattr(func, "__module__", None) or ""
@@ -106,17 +117,18 @@ def unwrap(x):
 new = MaskedBatch._new
 
 
-def norm_dim(x, dim, allow_batch=False):
-    """Normalise a (possibly negative) dim of ``x``; dim 0 is the batch and
+def norm_dim(x, dim, op="this op", allow_batch=False):
+    """Normalise a (possibly negative) per-example dim of MaskedBatch ``x``.
+    Dim 0 (each example's leading 1, the batch dimension of the MaskedBatch)
     is refused unless ``allow_batch``."""
     n = x.data.dim()
     if not -n <= dim < n:
-        raise IndexError(f"dimension {dim} out of range for a MaskedBatch with {n} dims")
+        raise IndexError(f"{op}: dimension {dim} out of range for examples with {n} dims")
     dim = dim + n if dim < 0 else dim
     if dim == 0 and not allow_batch:
         raise ValueError(
-            "this op over dimension 0 would mix examples: dimension 0 of a MaskedBatch is "
-            "the batch (each example's leading 1). Work over a per-example dimension instead.")
+            f"{op} over dimension 0 is not supported: dimension 0 is each example's leading 1 "
+            f"(the batch dimension of the MaskedBatch). Use a per-example dimension >= 1.")
     return dim
 
 
@@ -245,10 +257,7 @@ def align(args, op="op"):
     for m in masks:
         mask = m if mask is None else (mask if m is mask else mask & m)
     if mask is not None:
-        # the mask's static dims must stay size 1 and dynamic ones full size
-        want = [B] + [s if d else 1 for s, d in zip(_broadcast_shape(datas)[1:], dims)]
-        if list(mask.shape) != want:
-            mask = _fit_mask(mask, want)
+        mask = canon_mask(mask, _broadcast_shape(datas), dims)
     return datas, mask, tuple(dims)
 
 
@@ -256,9 +265,13 @@ def _broadcast_shape(datas):
     return torch.broadcast_shapes(*[d.shape for d in datas if isinstance(d, torch.Tensor)])
 
 
-def _fit_mask(mask, want):
-    """Bring a broadcast mask to the canonical shape: static dims reduced to
-    size 1 (a lane is real if any entry is), dynamic dims expanded."""
+def canon_mask(mask, shape, dims):
+    """Bring a mask that broadcasts against data of ``shape`` to the
+    canonical layout: static dims size 1 (a lane is real if any entry is),
+    dynamic dims full size."""
+    if mask is None:
+        return None
+    want = [shape[0]] + [s if d else 1 for s, d in zip(shape[1:], dims)]
     for i in range(1, len(want)):
         if want[i] == 1 and mask.size(i) != 1:
             mask = mask.any(i, keepdim=True)

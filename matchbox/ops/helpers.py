@@ -9,7 +9,7 @@ does not define (checked at import).
 import torch
 
 from ..core import MaskedBatch
-from ._registry import is_mb, new, norm_dim
+from ._registry import is_mb, new
 
 HELPERS = {}
 

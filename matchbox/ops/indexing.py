@@ -27,18 +27,10 @@ entries of active lanes.
 import torch
 
 from .._lanes import active_lanes
-from ._registry import RULES, align, is_mb, new, real_mask, register
-from .shape import _as_batch, _unsqueeze, canon_mask, gather_line, lanes_present, pe_dim
+from ._registry import align, canon_mask, is_mb, new, norm_dim, real_mask, register_distinct
+from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
 
 T = torch.Tensor
-
-
-def _reg(*funcs):
-    seen = []
-    for f in funcs:
-        if f is not None and f not in seen and f not in RULES:
-            seen.append(f)
-    return register(*seen)
 
 
 # ------------------------------------------------------------------ the gather core
@@ -188,7 +180,7 @@ def _items(index, n):
     return items
 
 
-@_reg(T.__getitem__)
+@register_distinct(T.__getitem__)
 def getitem(x, index):
     if not is_mb(x):
         return _index_shared_tensor(x, index)
@@ -260,7 +252,7 @@ def _index_shared_tensor(t, index):
 
 
 # ------------------------------------------------------------------ x[...] = v
-@_reg(T.__setitem__)
+@register_distinct(T.__setitem__)
 def setitem(x, index, value):
     """``x[index] = value`` per example, out of place on ``x.data``; only
     real entries of active lanes are written."""
@@ -293,16 +285,16 @@ def setitem(x, index, value):
 
 
 # ------------------------------------------------------------------ select / narrow
-@_reg(torch.select, T.select)
+@register_distinct(torch.select, T.select)
 def select(x, dim, index):
-    return getitem(x, (slice(None),) * pe_dim(x, dim, "select") + (int(index),))
+    return getitem(x, (slice(None),) * norm_dim(x, dim, "select") + (int(index),))
 
 
-@_reg(torch.narrow, T.narrow)
+@register_distinct(torch.narrow, T.narrow)
 def narrow(x, dim, start, length):
     """Per-example narrow; on a dynamic dim every (real, active) example must
     hold ``start + length`` entries, and the result dim is static."""
-    d = pe_dim(x, dim, "narrow")
+    d = norm_dim(x, dim, "narrow")
     start, length = int(start), int(length)
     dims = x.dims[:d - 1] + (False,) + x.dims[d:]
     if not x.dims[d - 1] or x._mask is None:
@@ -322,13 +314,13 @@ def narrow(x, dim, start, length):
 
 
 # ------------------------------------------------------------------ gather / index_select
-@_reg(torch.gather, T.gather)
+@register_distinct(torch.gather, T.gather)
 def gather(input, dim, index, *, sparse_grad=False):
     """``torch.gather`` per example; the result has the index's per-example
     shape and mask."""
     ref = index if is_mb(index) else input
     x = _as_batch(input, ref, "gather")
-    d = pe_dim(x, dim, "gather")
+    d = norm_dim(x, dim, "gather")
     if is_mb(index):
         ix, im, dims = index.data.long(), real_mask(index), index.dims
         idx_b = index
@@ -376,12 +368,12 @@ def gather(input, dim, index, *, sparse_grad=False):
     return new(out, canon_mask(mask, out.shape, dims), dims)
 
 
-@_reg(torch.index_select, T.index_select)
+@register_distinct(torch.index_select, T.index_select)
 def index_select(input, dim, index):
     """``torch.index_select`` per example: ``index`` a 1-D Tensor shared by
     every example, or a MaskedBatch of one int per example (data ``(B,)``)."""
     x = input if is_mb(input) else _as_batch(input, index, "index_select")
-    d = pe_dim(x, dim, "index_select")
+    d = norm_dim(x, dim, "index_select")
     if is_mb(index):
         if index.data.dim() != 1:
             raise ValueError(
@@ -396,7 +388,7 @@ def index_select(input, dim, index):
     return new(x.data.index_select(d, index), x._mask, x.dims)
 
 
-@_reg(torch.masked_select, T.masked_select)
+@register_distinct(torch.masked_select, T.masked_select)
 def masked_select(input, mask):
     raise NotImplementedError(
         "masked_select returns a different number of entries for each example, so matchbox "

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn import _reduction as _Reduction
 
 from .._lanes import active_lanes
-from ._registry import align, is_mb, new, register
+from ._registry import align, canon_mask, is_mb, new, register
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"]
@@ -94,16 +94,6 @@ class _Operand:
             self.mask = self.mask.narrow(d, 0, n)
 
 
-def _canonical(mask, shape, dims):
-    if mask is None:
-        return None
-    want = [shape[0]] + [s if d else 1 for s, d in zip(shape[1:], dims)]
-    for i in range(1, len(want)):
-        if want[i] == 1 and mask.size(i) != 1:
-            mask = mask.any(i, keepdim=True)
-    return mask.expand(want)
-
-
 def _line_up_spatial(x, t, opname):
     """Check that the spatial dims (input dims 2.., target dims 1..) agree
     per example and cut their data to a common padded size."""
@@ -156,7 +146,7 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
         loss = fn(xd, td, weight, ignore_index=ignore_index, reduction="none", **extra)
         out_dims = dims[1:]
         if reduction == "none":
-            return new(loss, _canonical(pos, loss.shape, out_dims), out_dims)
+            return new(loss, canon_mask(pos, loss.shape, out_dims), out_dims)
         if real is not None:
             loss = torch.where(real, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
         total = loss.sum()
@@ -183,7 +173,7 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
     out = fn(xd, td, weight, ignore_index=ignore_index, reduction=reduction, **extra)
     if reduction != "none":
         return out
-    return new(out, _canonical(pos, out.shape, out_dims), out_dims)
+    return new(out, canon_mask(pos, out.shape, out_dims), out_dims)
 
 
 def _as_mb(op):

@@ -10,7 +10,7 @@ the padding's gradient stays exactly zero.
 import torch
 import torch.nn.functional as F
 
-from ._registry import RULES, align, is_mb, neutralize, new, register
+from ._registry import align, is_mb, neutralize, new, register, register_distinct
 
 T = torch.Tensor
 
@@ -66,13 +66,7 @@ def _reflected(rule):
 
 
 def _register_all(fns, rule):
-    """Register ``rule`` for each callable not yet in the table (Tensor
-    dunders such as ``__neg__`` often are the named method itself)."""
-    seen = []
-    for f in fns:
-        if f is not None and f not in seen and f not in RULES:
-            seen.append(f)
-    register(*seen)(rule)
+    register_distinct(*fns)(rule)
 
 
 # ------------------------------------------------------------------ unary

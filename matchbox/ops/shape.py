@@ -44,52 +44,18 @@ import operator
 
 import torch
 
-from ._registry import RULES, _pad_dim, is_mb, neutralize, new, real_mask, register
+from ._registry import (_pad_dim, canon_mask, is_mb, neutralize, new, norm_dim, real_mask,
+                        register_distinct)
 from .helpers import helper
 from ..core import MaskedBatch
 
 T = torch.Tensor
 
-__all__ = ["stack", "cat", "split_dim", "join_dims", "compact", "gather_line", "canon_mask",
-           "lanes_present", "pe_dim"]
+__all__ = ["stack", "cat", "split_dim", "join_dims", "compact", "gather_line",
+           "lanes_present"]
 
 
 # ------------------------------------------------------------------ shared helpers
-def _reg(*funcs):
-    """``register`` over the distinct callables among ``funcs`` not yet taken."""
-    seen = []
-    for f in funcs:
-        if f is not None and f not in seen and f not in RULES:
-            seen.append(f)
-    return register(*seen)
-
-
-def pe_dim(x, dim, op, allow_batch=False):
-    """Normalise a per-example dim of MaskedBatch ``x``.  Dim 0 (each
-    example's leading 1) is refused unless ``allow_batch``."""
-    n = x.data.dim()
-    if not -n <= dim < n:
-        raise IndexError(f"{op}: dimension {dim} out of range for examples with {n} dims")
-    dim = dim + n if dim < 0 else dim
-    if dim == 0 and not allow_batch:
-        raise ValueError(
-            f"{op} over dimension 0 is not supported: dimension 0 is each example's leading 1 "
-            f"(the batch dimension of the MaskedBatch). Use a per-example dimension >= 1.")
-    return dim
-
-
-def canon_mask(mask, shape, dims):
-    """Bring a mask that broadcasts against data of ``shape`` to the
-    canonical layout (dynamic dims full size, static dims size 1)."""
-    if mask is None:
-        return None
-    want = [shape[0]] + [s if d else 1 for s, d in zip(shape[1:], dims)]
-    for i in range(1, len(want)):
-        if want[i] == 1 and mask.size(i) != 1:
-            mask = mask.any(i, keepdim=True)
-    return mask.expand(want)
-
-
 def lanes_present(x, active=True):
     """Bool ``(B,)``: lanes of ``x`` that hold some real entry (and, with
     ``active``, are active lanes); None when that is every lane."""
@@ -165,7 +131,7 @@ def _permuted(x, perm, op):
 
 
 # ------------------------------------------------------------------ transpose / permute
-@_reg(torch.transpose, T.transpose, torch.swapaxes, T.swapaxes, torch.swapdims, T.swapdims)
+@register_distinct(torch.transpose, T.transpose, torch.swapaxes, T.swapaxes, torch.swapdims, T.swapdims)
 def transpose(x, dim0, dim1):
     """Swap two per-example dims; the mask moves along."""
     n = x.data.dim()
@@ -175,12 +141,12 @@ def transpose(x, dim0, dim1):
     return _permuted(x, perm, f"transpose({dim0}, {dim1})")
 
 
-@_reg(torch.permute, T.permute)
+@register_distinct(torch.permute, T.permute)
 def permute(x, *dims):
     return _permuted(x, [x._norm_dim(d) for d in _sizes(dims)], f"permute{tuple(_sizes(dims))}")
 
 
-@_reg(torch.movedim, T.movedim, torch.moveaxis, T.moveaxis)
+@register_distinct(torch.movedim, T.movedim, torch.moveaxis, T.moveaxis)
 def movedim(x, source, destination):
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
@@ -191,7 +157,7 @@ def movedim(x, source, destination):
     return _permuted(x, order, "movedim")
 
 
-@_reg(torch.t, T.t)
+@register_distinct(torch.t, T.t)
 def t(x):
     if x.data.dim() < 2:
         return x
@@ -222,7 +188,7 @@ def _unsqueeze(x, d, dynamic=False):
     return new(x.data.unsqueeze(d), mask, x.dims[:d - 1] + (dynamic,) + x.dims[d - 1:])
 
 
-@_reg(torch.unsqueeze, T.unsqueeze)
+@register_distinct(torch.unsqueeze, T.unsqueeze)
 def unsqueeze(x, dim):
     """A new static dim of size 1.  ``unsqueeze(0)`` is ``unsqueeze(1)``: both
     leading dims of the result have size 1 per example."""
@@ -254,7 +220,7 @@ def _squeeze1(x, d, dim):
     return new(x.data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:])
 
 
-@_reg(torch.squeeze, T.squeeze)
+@register_distinct(torch.squeeze, T.squeeze)
 def squeeze(x, dim=None):
     if dim is None:
         raise ValueError(
@@ -262,7 +228,7 @@ def squeeze(x, dim=None):
             "dimension) and, on dynamic dims, depend on each example's size; name the dims: "
             "x.squeeze(d) or x.squeeze((d1, d2))")
     dims = [dim] if isinstance(dim, int) else list(dim)
-    ds = sorted({pe_dim(x, d, "squeeze") for d in dims}, reverse=True)
+    ds = sorted({norm_dim(x, d, "squeeze") for d in dims}, reverse=True)
     for d in ds:
         x = _squeeze1(x, d, d)
     return x
@@ -290,7 +256,7 @@ def _merge(x, s, e):
     return new(data, mask, dims)
 
 
-@_reg(torch.flatten, T.flatten)
+@register_distinct(torch.flatten, T.flatten)
 def flatten(x, start_dim=0, end_dim=-1):
     s, e = x._norm_dim(start_dim), x._norm_dim(end_dim)
     if s > e:
@@ -333,7 +299,7 @@ def split_dim(x, dim, n):
     if not 0 <= d < data.dim():
         raise IndexError(f"split_dim: dimension {dim} out of range for a {data.dim()}-dim value")
     if is_mb(x):
-        d = pe_dim(x, d, "split_dim")
+        d = norm_dim(x, d, "split_dim")
         if x.dims[d - 1]:
             raise ValueError(
                 f"split_dim({dim}, {n}): dimension {d} is dynamic; only static dims can be split "
@@ -348,9 +314,9 @@ def split_dim(x, dim, n):
     return new(data.view(shape), mask, x.dims[:d - 1] + (False, False) + x.dims[d:])
 
 
-@_reg(torch.unflatten, T.unflatten)
+@register_distinct(torch.unflatten, T.unflatten)
 def unflatten(x, dim, sizes):
-    d = pe_dim(x, dim, "unflatten")
+    d = norm_dim(x, dim, "unflatten")
     if x.dims[d - 1]:
         raise ValueError(f"unflatten: dimension {d} is dynamic; only static dims can be unflattened")
     data = x.data.unflatten(d, sizes)
@@ -414,14 +380,14 @@ def _viewed(x, sizes, op):
     return new(data, mask, dims)
 
 
-@_reg(T.view)
+@register_distinct(T.view)
 def view(x, *sizes):
     """``x.view(1, ...)`` with per-example sizes; see the module docstring
     for dynamic dims."""
     return _viewed(x, sizes, "view")
 
 
-@_reg(torch.reshape, T.reshape)
+@register_distinct(torch.reshape, T.reshape)
 def reshape(x, *sizes):
     return _viewed(x, sizes, "reshape")
 
@@ -430,12 +396,12 @@ def _shape_of(other):
     return (1,) + tuple(other.data.shape[1:]) if is_mb(other) else tuple(other.shape)
 
 
-@_reg(T.view_as)
+@register_distinct(T.view_as)
 def view_as(x, other):
     return _viewed(x, (_shape_of(other),), "view")
 
 
-@_reg(T.reshape_as)
+@register_distinct(T.reshape_as)
 def reshape_as(x, other):
     return _viewed(x, (_shape_of(other),), "reshape")
 
@@ -455,7 +421,7 @@ def _lead(x, sizes, op):
     return x, sizes[1:]
 
 
-@_reg(T.expand)
+@register_distinct(T.expand)
 def expand(x, *sizes, implicit=False):
     """Per-example ``expand``; a dynamic dim must be given as -1 (or its
     padded size).  To expand a size-1 dim to a dynamic size use
@@ -467,12 +433,12 @@ def expand(x, *sizes, implicit=False):
     return new(x.data.expand((x.data.size(0),) + tuple(rest)), x._mask, x.dims)
 
 
-@_reg(torch.broadcast_to, T.broadcast_to)
+@register_distinct(torch.broadcast_to, T.broadcast_to)
 def broadcast_to(x, size):
     return expand(x, *size)
 
 
-@_reg(T.expand_as)
+@register_distinct(T.expand_as)
 def expand_as(x, other):
     if not is_mb(other):
         return expand(x, *other.shape)
@@ -483,7 +449,7 @@ def expand_as(x, other):
     return new(dx.expand(do.shape), canon_mask(mask, do.shape, dims), dims)
 
 
-@_reg(T.repeat)
+@register_distinct(T.repeat)
 def repeat(x, *sizes):
     """Per-example ``repeat``; along a dynamic dim each example's real
     entries are repeated (the copies are compacted together)."""
@@ -564,7 +530,7 @@ def _new_dim(dim, n, op):
     return dim
 
 
-@_reg(torch.cat, torch.concat, torch.concatenate)
+@register_distinct(torch.cat, torch.concat, torch.concatenate)
 def cat(sequence, dim=0, *, axis=None, out=None):
     """``torch.cat`` per example; along a dynamic dim each example's real
     entries are concatenated (``x[:len_x]`` then ``y[:len_y]``)."""
@@ -579,7 +545,7 @@ def cat(sequence, dim=0, *, axis=None, out=None):
     return _cat([_as_batch(s, ref, "cat") for s in seq], d, "cat")
 
 
-@_reg(torch.stack)
+@register_distinct(torch.stack)
 def stack(sequence, dim=0, dynamic=None, *, out=None):
     """``F.stack(seq, dim, dynamic=None)``: stack examples' values along a
     new dim.  The new dim is dynamic if ``dynamic`` is True, or (``None``)
@@ -607,12 +573,12 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
 
 
 # ------------------------------------------------------------------ unbind / split / chunk
-@_reg(torch.unbind, T.unbind)
+@register_distinct(torch.unbind, T.unbind)
 def unbind(x, dim=0):
     """Per-example unbind.  Over a dynamic dim it returns ``maxsize(dim)``
     batches; the i-th has mask False in the lanes of examples shorter than
     i + 1 (the active lanes of that ``for`` iteration)."""
-    d = pe_dim(x, dim, "unbind")
+    d = norm_dim(x, dim, "unbind")
     dims = x.dims[:d - 1] + x.dims[d:]
     datas = x.data.unbind(d)
     if x._mask is None:
@@ -623,11 +589,11 @@ def unbind(x, dim=0):
     return tuple(new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d)))
 
 
-@_reg(torch.split, T.split)
+@register_distinct(torch.split, T.split)
 def split(x, split_size_or_sections, dim=0):
     """Per-example split.  On a dynamic dim only an int size is allowed; it
     returns as many pieces as the longest example has (as ``unbind``)."""
-    d = pe_dim(x, dim, "split")
+    d = norm_dim(x, dim, "split")
     s = split_size_or_sections
     if x.dims[d - 1] and x._mask is not None:
         if not isinstance(s, int):
@@ -639,9 +605,9 @@ def split(x, split_size_or_sections, dim=0):
     return tuple(new(t, x._mask, x.dims) for t in x.data.split(s, d))
 
 
-@_reg(torch.chunk, T.chunk)
+@register_distinct(torch.chunk, T.chunk)
 def chunk(x, chunks, dim=0):
-    d = pe_dim(x, dim, "chunk")
+    d = norm_dim(x, dim, "chunk")
     if x.dims[d - 1] and x._mask is not None:
         raise ValueError(
             f"chunk: dimension {d} is dynamic, so the chunk size would differ between examples; "
@@ -658,7 +624,7 @@ def reversed_index(lengths, n):
     return torch.where(ar < ln, ln - 1 - ar, ar)
 
 
-@_reg(torch.flip, T.flip)
+@register_distinct(torch.flip, T.flip)
 def flip(x, *dims):
     """Reverse per-example dims; a dynamic dim reverses each example's real
     prefix."""
@@ -677,7 +643,7 @@ def _cumulative(fn, safe):
         d = dim + n if dim < 0 else dim
         if d == 0:  # over each example's leading 1: the values themselves
             return new(fn(x.data.unsqueeze(1), 1, dtype=dtype).squeeze(1), x._mask, x.dims)
-        d = pe_dim(x, d, fn.__name__)
+        d = norm_dim(x, d, fn.__name__)
         if not x.dims[d - 1] or x._mask is None:
             return new(fn(x.data, d, dtype=dtype), x._mask, x.dims)
         data = x.data if safe is None else neutralize(x, safe)
@@ -688,5 +654,5 @@ def _cumulative(fn, safe):
     return rule
 
 
-_reg(torch.cumsum, T.cumsum)(_cumulative(torch.cumsum, None))
-_reg(torch.cumprod, T.cumprod)(_cumulative(torch.cumprod, 1.0))
+register_distinct(torch.cumsum, T.cumsum)(_cumulative(torch.cumsum, None))
+register_distinct(torch.cumprod, T.cumprod)(_cumulative(torch.cumprod, 1.0))
