@@ -276,12 +276,12 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
         ys.append(y)
         if grad:
             leaves = _float_leaves(y)
-            cot = [_cotangent_like(t, gen) for _, t in leaves]
+            cot = {path: _cotangent_like(t, gen) for path, t in leaves}
             cots.append(cot)
             if leaves:
                 # clones: autograd may keep a cotangent (or a view of it) as
                 # a leaf's .grad and accumulate into it in place later
-                torch.autograd.backward([t for _, t in leaves], [c.clone() for c in cot])
+                torch.autograd.backward([t for _, t in leaves], [cot[p].clone() for p, _ in leaves])
     param_grads = [None if p.grad is None else p.grad.clone() for _, p in named]
 
     # batched run
@@ -295,12 +295,14 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
     leaves = _float_leaves(yb)
     if leaves:
         outs, grads = [], []
-        for li, (path, t) in enumerate(leaves):
+        for path, t in leaves:
             data = t.data if isinstance(t, MaskedBatch) else t
             g = torch.zeros_like(data)
             with torch.no_grad():
                 for j in range(B):
-                    c = cots[j][li]
+                    c = cots[j].get(path)
+                    if c is None:  # this example's output does not need a gradient
+                        continue
                     if isinstance(t, MaskedBatch) or data.size(0) == B:
                         region = g[j:j + 1]
                         for d in range(1, c.dim()):

@@ -1,0 +1,98 @@
+"""``@batch`` and ``to_source``: the pass pipeline in one place.
+
+The rewrite follows AutoGraph: canonicalize first (jumps become per-lane
+flags), then lower each construct to runtime calls (runtime.py).  The order:
+"""
+import ast
+import functools
+import os
+import types
+
+from . import (assignments, break_statements, calls, conditionals, continue_statements,
+               logical, loops, reads, returns, runtime, unsupported)
+from .naming import Namer
+from .parser import load_function, parse_function
+
+__all__ = ["batch", "to_source", "PASSES"]
+
+#: The passes, in the order they run.  Each is ``transform(fdef, ctx)``.
+PASSES = (
+    unsupported,          # raise at decoration time for what cannot be batched
+    returns,              # return            -> do_return / retval flags
+    break_statements,     # break             -> break_ flag, guarded rest
+    continue_statements,  # continue          -> continue_ flag, guarded rest
+    logical,              # and / or / not in tests -> _mb.and_ / or_ / not_
+    reads,                # reads in regions  -> _mb.read(x) (dormant lanes detached)
+    calls,                # lst.append, range/enumerate/zip/reversed in for
+    assignments,          # assignments in regions -> _mb.assign(old, new)
+    loops,                # while / for       -> lane-narrowing loops
+    conditionals,         # if / elif / else, a if c else b
+)
+
+
+class Context:
+    """What the passes share about the function being converted."""
+
+    def __init__(self, fdef, origin, fn_name, max_iterations):
+        self.namer = Namer(fdef)
+        self.runtime = self.namer.new("_mb")
+        self.origin, self.fn_name, self.max_iterations = origin, fn_name, max_iterations
+
+
+def _disabled():
+    return os.environ.get("MATCHBOX_DISABLE", "").strip() not in ("", "0", "false", "False")
+
+
+def convert(fn, max_iterations=None):
+    """The rewritten function for ``fn`` and its source."""
+    fdef, origin = parse_function(fn)
+    ctx = Context(fdef, origin, getattr(fn, "__qualname__", fdef.name), max_iterations)
+    for p in PASSES:
+        fdef = p.transform(fdef, ctx)
+    ast.fix_missing_locations(fdef)
+    source = ast.unparse(fdef)
+    new = load_function(fdef, fn, origin, ctx.runtime, runtime)
+    new.__matchbox_source__ = source
+    new.__matchbox_batched__ = True
+    return new
+
+
+def batch(fn=None, *, max_iterations=None):
+    """Make example-level code with per-example control flow run on a
+    :class:`~matchbox.MaskedBatch` (SPEC section 4).
+
+    Use as ``@batch`` or ``@batch(max_iterations=1000)``, on functions,
+    methods (in the class body or later, e.g. ``Model.forward =
+    batch(Model.forward)``), closures and nested functions.  With the
+    environment variable ``MATCHBOX_DISABLE=1`` it returns ``fn`` unchanged.
+    """
+    if fn is None:
+        return functools.partial(batch, max_iterations=max_iterations)
+    if _disabled():
+        return fn
+    if isinstance(fn, types.MethodType):
+        return types.MethodType(batch(fn.__func__, max_iterations=max_iterations), fn.__self__)
+    if isinstance(fn, (staticmethod, classmethod)):
+        return type(fn)(batch(fn.__func__, max_iterations=max_iterations))
+    if getattr(fn, "__matchbox_batched__", False):
+        return fn
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"@matchbox.batch expects a function or method, got {type(fn).__name__}")
+    return convert(fn, max_iterations)
+
+
+def to_source(fn):
+    """The rewritten source of a ``@batch`` function (or of ``fn`` as
+    ``@batch`` would rewrite it), for debugging."""
+    f = getattr(fn, "__func__", fn)
+    src = getattr(f, "__matchbox_source__", None)
+    if src is None:
+        f = inspect_unwrap(f)
+        src = convert(f).__matchbox_source__
+    return src
+
+
+def inspect_unwrap(f):
+    while getattr(f, "__wrapped__", None) is not None and not getattr(f, "__matchbox_batched__", False):
+        f = f.__wrapped__
+    return f

@@ -1,0 +1,134 @@
+"""Masked assignment inside branches and loop bodies.
+
+    x = v          ->  x = _mb.assign(x, v)           (active lanes get v)
+    x += v         ->  x = _mb.aug_assign(x, '+=', v)
+    a, b = v       ->  tmp_a, tmp_b = v; a = _mb.assign(a, tmp_a); ...
+    o.attr = v     ->  _mb.setattr_(o, 'attr', v)
+    x[:, i] = v    ->  unchanged (MaskedBatch.__setitem__ honours the lanes)
+
+Outside any branch or loop assignments stay plain: a function called for
+some lanes only may compute anything in its dormant lanes, since its
+caller keeps only the active lanes of what it returns.  Variables first
+assigned inside a branch start as ``_mb.Undefined('x')``.
+"""
+import ast
+
+from . import templates
+from .analysis import declared_outer, param_names
+
+_OPS = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=",
+        ast.Mod: "%=", ast.Pow: "**=", ast.MatMult: "@=", ast.BitAnd: "&=", ast.BitOr: "|=",
+        ast.BitXor: "^=", ast.LShift: "<<=", ast.RShift: ">>="}
+
+
+class _Assignments(ast.NodeTransformer):
+    def __init__(self, ctx):
+        self.ctx, self.depth, self.assigned = ctx, 0, set()
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def _region(self, nodes):
+        self.depth += 1
+        try:
+            return [r for n in nodes for r in _as_list(self.visit(n))]
+        finally:
+            self.depth -= 1
+
+    def _plain(self, nodes):
+        return [r for n in nodes for r in _as_list(self.visit(n))]
+
+    def visit_If(self, node):
+        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        return node
+
+    def visit_While(self, node):
+        # a loop's else runs after it, guarded by its exit flags: a region too
+        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        return node
+
+    visit_For = visit_While
+
+    def visit_With(self, node):
+        node.body = self._plain(node.body)
+        return node
+
+    def visit_Try(self, node):
+        node.body, node.orelse = self._plain(node.body), self._plain(node.orelse)
+        node.finalbody = self._plain(node.finalbody)
+        for h in node.handlers:
+            h.body = self._plain(h.body)
+        return node
+
+    # ---------------------------------------------------------------- targets
+    def _store(self, target, value, origin):
+        """Statements that store ``value`` (an expression) into ``target``."""
+        rt = self.ctx.runtime
+        if isinstance(target, ast.Name):
+            self.assigned.add(target.id)
+            return templates.replace("x = rt.assign(x, value)", origin, x=target.id, rt=rt, value=value)
+        if isinstance(target, ast.Attribute):
+            return templates.replace("rt.setattr_(obj, name, value)", origin, rt=rt,
+                                     obj=target.value, name=ast.Constant(target.attr), value=value)
+        if isinstance(target, (ast.Tuple, ast.List)):
+            temps, stores = [], []
+            for elt in target.elts:
+                star = isinstance(elt, ast.Starred)
+                inner = elt.value if star else elt
+                tmp = self.ctx.namer.new("tmp")
+                name = ast.Name(id=tmp, ctx=ast.Store())
+                temps.append(ast.Starred(value=name, ctx=ast.Store()) if star else name)
+                stores += self._store(inner, ast.Name(id=tmp, ctx=ast.Load()), origin)
+            unpack = ast.Assign(targets=[ast.Tuple(elts=temps, ctx=ast.Store())], value=value)
+            return [templates.stamp(unpack, origin)] + stores
+        # subscripts (and anything else) keep their own semantics
+        return [templates.stamp(ast.Assign(targets=[target], value=value), origin)]
+
+    def visit_Assign(self, node):
+        if not self.depth:
+            return node
+        if len(node.targets) == 1:
+            return self._store(node.targets[0], node.value, node)
+        tmp = self.ctx.namer.new("tmp")
+        out = templates.replace("tmp = value", node, tmp=tmp, value=node.value)
+        for t in node.targets:
+            out += self._store(t, ast.Name(id=tmp, ctx=ast.Load()), node)
+        return out
+
+    def visit_AnnAssign(self, node):
+        if not self.depth or node.value is None:
+            return node
+        return self._store(node.target, node.value, node)
+
+    def visit_AugAssign(self, node):
+        if not self.depth:
+            return node
+        rt, op = self.ctx.runtime, ast.Constant(_OPS[type(node.op)])
+        t = node.target
+        if isinstance(t, ast.Name):
+            self.assigned.add(t.id)
+            return templates.replace("x = rt.aug_assign(x, op, value)", node,
+                                     x=t.id, rt=rt, op=op, value=node.value)
+        if isinstance(t, ast.Attribute):
+            return templates.replace(
+                "rt.setattr_(obj, name, rt.aug_assign(obj.attr_name, op, value))", node, rt=rt,
+                obj=t.value, name=ast.Constant(t.attr), attr_name=t.attr, op=op, value=node.value)
+        return node
+
+
+def _as_list(x):
+    return x if isinstance(x, list) else [x]
+
+
+def transform(fdef, ctx):
+    tr = _Assignments(ctx)
+    body = [r for s in fdef.body for r in _as_list(tr.visit(s))]
+    init = sorted(tr.assigned - param_names(fdef) - declared_outer(fdef))
+    pre = []
+    for name in init:
+        pre += templates.replace("x = rt.Undefined(label)", fdef.body[0], x=name,
+                                 rt=ctx.runtime, label=ast.Constant(name))
+    fdef.body = pre + body
+    return fdef

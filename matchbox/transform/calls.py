@@ -1,0 +1,56 @@
+"""Rewrite the calls whose meaning depends on the active lanes.
+
+- ``out.append(v)`` -> ``_mb.append(out, v)``: records which lanes appended,
+  so each example's list has its own length.
+- in the iterable of a ``for``: ``range``, ``enumerate``, ``zip`` and
+  ``reversed`` -> their per-lane versions in the runtime (plain builtins
+  when nothing is per-example).
+
+Calls to other ``@batch`` functions (recursion included) need no rewrite:
+they read the active lanes from the context, so they run for the lanes
+active at the call.
+"""
+import ast
+
+from . import templates
+from .analysis import local_names
+
+_ITER_BUILTINS = {"range": "range_", "enumerate": "enumerate_", "zip": "zip_", "reversed": "reversed_"}
+
+
+class _Calls(ast.NodeTransformer):
+    def __init__(self, ctx, names):
+        self.ctx, self.names = ctx, names
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def visit_Expr(self, node):
+        self.generic_visit(node)
+        call = node.value
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "append" and len(call.args) == 1 and not call.keywords):
+            return templates.replace("rt.append(lst, value)", node, rt=self.ctx.runtime,
+                                     lst=call.func.value, value=call.args[0])
+        return node
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        node.iter = self._iter(node.iter)
+        return node
+
+    def _iter(self, expr):
+        if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)
+                and expr.func.id in _ITER_BUILTINS and expr.func.id not in self.names):
+            expr.func = templates.replace_as_expression(
+                f"rt.{_ITER_BUILTINS[expr.func.id]}", expr.func, rt=self.ctx.runtime)
+            expr.args = [self._iter(a) for a in expr.args]
+        return expr
+
+
+def transform(fdef, ctx):
+    tr = _Calls(ctx, local_names(fdef))
+    fdef.body = [tr.visit(s) for s in fdef.body]
+    return fdef

@@ -1,0 +1,46 @@
+"""Lower ``and`` / ``or`` / ``not`` in the tests of if, while and
+conditional expressions to runtime calls that work per lane:
+
+    if a and not b:   ->   if _mb.and_(a, lambda: _mb.not_(b)):
+
+``b`` of ``a and b`` runs only for lanes where ``a`` holds; for Python
+values the calls keep Python's short-circuit semantics.
+"""
+import ast
+
+from . import templates
+
+
+class _Tests(ast.NodeTransformer):
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def lower(self, test):
+        rt = self.ctx.runtime
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return templates.replace_as_expression("rt.not_(a)", test, rt=rt, a=self.lower(test.operand))
+        if isinstance(test, ast.BoolOp):
+            fn = "rt.and_(a, lambda: b)" if isinstance(test.op, ast.And) else "rt.or_(a, lambda: b)"
+            values = [self.lower(v) for v in test.values]
+            out = values[-1]
+            for v in reversed(values[:-1]):
+                out = templates.replace_as_expression(fn, test, rt=rt, a=v, b=out)
+            return out
+        return test
+
+    def _with_test(self, node):
+        self.generic_visit(node)
+        node.test = self.lower(node.test)
+        return node
+
+    visit_If = visit_While = visit_IfExp = _with_test
+
+
+def transform(fdef, ctx):
+    fdef.body = [_Tests(ctx).visit(s) for s in fdef.body]
+    return fdef

@@ -1,0 +1,95 @@
+"""Lower ``while`` and ``for`` to loops whose lanes leave one by one.
+
+    while test:                 with _mb.while_loop(desc, max_iterations) as loop:
+        body            ->          while loop.test(test):
+    else:                               body
+        orelse                  if not break_:        (lowered by conditionals.py)
+                                    orelse
+
+``loop.test`` evaluates the test once per iteration for the lanes still in
+the loop; a lane whose test is false leaves for good; the loop ends when no
+lane is left.  A ``for`` runs an iteration for the lanes that have the item
+(elements of a dynamic dimension, a per-example ``range``):
+
+    for x in xs:                with _mb.for_loop(xs, extra, desc, max) as loop:
+        body            ->          for x in loop:
+                                        body
+
+``extra`` tests the loop's exit flags (break, return) at each iteration.
+"""
+import ast
+
+from . import templates
+
+
+class _Loops(ast.NodeTransformer):
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def _description(self, kind, node):
+        return ast.Constant(f"{kind} loop at {self.ctx.origin.filename}:{node.lineno} "
+                            f"(in {self.ctx.fn_name})")
+
+    def _alive(self, flags, node, test=None):
+        """An expression that is true while no exit flag is set (and ``test``)."""
+        rt = self.ctx.runtime
+        out = test
+        for flag in reversed(flags):
+            term = templates.replace_as_expression("rt.not_(f)", node, rt=rt, f=flag)
+            out = term if out is None else templates.replace_as_expression(
+                "rt.and_(a, lambda: b)", node, rt=rt, a=term, b=out)
+        return out
+
+    def _orelse(self, node, flags):
+        if not node.orelse:
+            return []
+        test = self._alive(flags, node)
+        if test is None:
+            return node.orelse
+        return [templates.stamp(ast.If(test=test, body=node.orelse, orelse=[]), node.orelse[0])]
+
+    def visit_While(self, node):
+        self.generic_visit(node)
+        flags = getattr(node, "mb_exit_flags", [])
+        loop = self.ctx.namer.new("loop")
+        out = templates.replace(
+            """
+            with rt.while_loop(desc, limit) as loop:
+                while loop.test(test):
+                    body
+            """, node, rt=self.ctx.runtime, desc=self._description("while", node),
+            limit=ast.Constant(self.ctx.max_iterations), loop=loop,
+            test=self._alive(flags, node, node.test), body=node.body)
+        return out + self._orelse(node, flags)
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        flags = getattr(node, "mb_exit_flags", [])
+        loop = self.ctx.namer.new("loop")
+        alive = self._alive(flags, node)
+        extra = ast.Constant(None) if alive is None else templates.replace_as_expression(
+            "lambda: alive", node, alive=alive)
+        out = templates.replace(
+            """
+            with rt.for_loop(iterable, extra, desc, limit) as loop:
+                for target in loop:
+                    body
+            """, node, rt=self.ctx.runtime, iterable=node.iter, extra=extra,
+            desc=self._description("for", node), limit=ast.Constant(self.ctx.max_iterations),
+            loop=loop, target=node.target, body=node.body)
+        return out + self._orelse(node, flags)
+
+
+def transform(fdef, ctx):
+    tr = _Loops(ctx)
+    fdef.body = [r for s in fdef.body for r in _as_list(tr.visit(s))]
+    return fdef
+
+
+def _as_list(x):
+    return x if isinstance(x, list) else [x]

@@ -1,0 +1,108 @@
+"""Gate reads inside masked regions: ``x`` -> ``_mb.read(x)``.
+
+A local variable read inside a branch or loop body is fed to the code there
+with its dormant lanes detached, so whatever a dormant lane computes (a
+``log`` of a negative, an overflow) adds exactly zero gradient.
+"""
+import ast
+
+from . import templates
+from .analysis import local_names
+
+
+class _Reads(ast.NodeTransformer):
+    def __init__(self, ctx, names):
+        self.ctx, self.names, self.depth = ctx, names, 0
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Name(self, node):
+        if self.depth and isinstance(node.ctx, ast.Load) and node.id in self.names:
+            return templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=node.id)
+        return node
+
+    def visit_Call(self, node):
+        func = node.func
+        if not isinstance(func, ast.Name):
+            node.func = self.visit(func)
+        node.args = [self.visit(a) for a in node.args]
+        for k in node.keywords:
+            k.value = self.visit(k.value)
+        return node
+
+    def _target(self, t):
+        """Store targets: the object a subscript or attribute store writes
+        into is not gated (the write must reach the variable itself)."""
+        if isinstance(t, (ast.Subscript, ast.Attribute)):
+            if not isinstance(t.value, ast.Name):
+                t.value = self.visit(t.value)
+            if isinstance(t, ast.Subscript):
+                t.slice = self.visit(t.slice)
+            return t
+        if isinstance(t, (ast.Tuple, ast.List)):
+            t.elts = [self._target(e) for e in t.elts]
+            return t
+        if isinstance(t, ast.Starred):
+            t.value = self._target(t.value)
+            return t
+        return t
+
+    def visit_Assign(self, node):
+        node.value = self.visit(node.value)
+        node.targets = [self._target(t) for t in node.targets]
+        return node
+
+    def visit_AugAssign(self, node):
+        node.value = self.visit(node.value)
+        node.target = self._target(node.target)
+        return node
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            node.value = self.visit(node.value)
+        node.target = self._target(node.target)
+        return node
+
+    def _region(self, nodes):
+        self.depth += 1
+        try:
+            return [r for n in nodes for r in _as_list(self.visit(n))]
+        finally:
+            self.depth -= 1
+
+    def visit_If(self, node):
+        node.test = self.visit(node.test)
+        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        return node
+
+    def visit_While(self, node):
+        self.depth += 1
+        node.test = self.visit(node.test)
+        self.depth -= 1
+        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        return node
+
+    def visit_For(self, node):
+        node.iter = self.visit(node.iter)
+        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        return node
+
+    def visit_IfExp(self, node):
+        node.test = self.visit(node.test)
+        self.depth += 1
+        node.body, node.orelse = self.visit(node.body), self.visit(node.orelse)
+        self.depth -= 1
+        return node
+
+
+def _as_list(x):
+    return x if isinstance(x, list) else [x]
+
+
+def transform(fdef, ctx):
+    tr = _Reads(ctx, local_names(fdef))
+    fdef.body = [tr.visit(s) for s in fdef.body]
+    return fdef

@@ -1,0 +1,40 @@
+"""Canonicalize ``return``: a per-lane ``do_return`` flag and ``retval``.
+
+    if c:                       do_return = False; retval = None
+        return a        ->      if c:
+    b = f(b)                        retval = a; do_return = True
+    return b                    if not do_return:
+                                    b = f(b); retval = b; do_return = True
+                                return retval
+
+Loops that hold a return are marked so a lane leaves them once it returned.
+Functions whose returns all sit at the top level are left as they are.
+"""
+import ast
+
+from . import templates
+from .analysis import SCOPES, contains, walk_scope
+from .jumps import JumpGuard, add_exit_flag
+
+
+def transform(fdef, ctx):
+    nested = [n for s in fdef.body if not isinstance(s, ast.Return)
+              for n in walk_scope(s) if isinstance(n, ast.Return)]
+    if not nested:
+        return fdef
+    done, retval = ctx.namer.new("do_return"), ctx.namer.new("retval")
+
+    def replace(node):
+        value = node.value if node.value is not None else ast.Constant(value=None)
+        return templates.replace("retval = value\ndone = True", node,
+                                 retval=retval, value=value, done=done)
+
+    guard = JumpGuard(done, lambda s: isinstance(s, ast.Return), replace,
+                      lambda s: contains(s, ast.Return, SCOPES), into_loops=True)
+    body = guard.block(fdef.body)
+    for loop in guard.loops_with_jumps:
+        add_exit_flag(loop, done)
+    first = fdef.body[0]
+    fdef.body = (templates.replace("done = False\nretval = None", first, done=done, retval=retval)
+                 + body + templates.replace("return retval", fdef.body[-1], retval=retval))
+    return fdef

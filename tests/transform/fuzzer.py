@@ -1,0 +1,236 @@
+"""A random program fuzzer for ``@matchbox.batch``.
+
+Generates example-level programs from nested if/elif/else, while (with a
+bound), ``while True`` + break, for over ``range`` with constant and
+per-example bounds (plain, ``reversed``, ``enumerate``), break, continue,
+early return, augmented and tuple assignment over a few float variables and
+an int counter, and checks each batched run against per-example runs
+(values and gradients) with ``mb_test``.
+
+Only exact float ops (+, -, *, abs, clamp) are used, so a comparison takes
+the same branch in the batched and in the per-example run.
+
+    python -m tests.transform.fuzzer --count 5000 [--seed 0] [--show]
+"""
+import argparse
+import linecache
+import random
+import re
+import sys
+import traceback
+import time
+
+import torch
+
+import matchbox
+from matchbox import MaskedBatch
+from matchbox.test_utils import mb_test
+
+FLOATS = ("a", "b", "c")
+
+
+def _tensorish(e):
+    """Does expression ``e`` involve a tensor variable?"""
+    return re.search(r"\b[abcxy]\b", e) is not None
+
+
+class ProgramGenerator:
+    """One random program: ``generate()`` returns its source."""
+
+    def __init__(self, rng, max_depth=3, max_stmts=3):
+        self.rng, self.max_depth, self.max_stmts = rng, max_depth, max_stmts
+        self.counter = 0
+
+    def fresh(self, base):
+        self.counter += 1
+        return f"{base}{self.counter}"
+
+    # ---------------------------------------------------------- expressions
+    def atom(self):
+        r = self.rng.random()
+        if r < 0.6:
+            return self.rng.choice(FLOATS)
+        if r < 0.8:
+            return repr(self.rng.choice([0.25, 0.5, -0.75, 1.5, 2.0]))
+        return self.rng.choice(["x", "y"])
+
+    def value(self):
+        """An expression for the right of an assignment: never a bare
+        variable (aliasing plus an in-place ``+=`` is plain-PyTorch
+        semantics that MaskedBatch, being immutable, does not copy)."""
+        e = self.expr()
+        if not _tensorish(e):
+            return f"x * 0.0 + {e}"
+        return f"{e} * 1.0" if e.isidentifier() else e
+
+    def expr(self, depth=0):
+        r = self.rng.random()
+        if depth >= 2 or r < 0.3:
+            return self.atom()
+        a, b = self.expr(depth + 1), self.expr(depth + 1)
+        if r < 0.5:
+            return f"({a} + {b})"
+        if r < 0.65:
+            return f"({a} - {b})"
+        if r < 0.8:
+            return f"torch.clamp({a} * {b if _tensorish(b) else 'c'}, -4.0, 4.0)"
+        if r < 0.9:
+            return f"torch.abs({a if _tensorish(a) else 'a'})"
+        return f"({a} * 0.5 + k * 0.25)"
+
+    def cond(self, depth=0):
+        r = self.rng.random()
+        if r < 0.08:
+            return self.rng.choice(["True", "False", "FLAG"])
+        if r < 0.18:
+            return f"k {self.rng.choice(['>', '<', '>=', '=='])} {self.rng.randint(0, 3)}"
+        if r < 0.3 and depth == 0:
+            op = self.rng.choice(["and", "or"])
+            return f"({self.cond(1)}) {op} ({self.cond(1)})"
+        if r < 0.36 and depth == 0:
+            return f"not ({self.cond(1)})"
+        op = self.rng.choice(["<", ">", "<=", ">="])
+        return f"{self.rng.choice(FLOATS)} {op} {self.expr(1)}"
+
+    # ---------------------------------------------------------- statements
+    def block(self, depth, loop, indent):
+        n = self.rng.randint(1, self.max_stmts)
+        lines = []
+        for _ in range(n):
+            lines += self.stmt(depth, loop, indent)
+        return lines
+
+    def stmt(self, depth, loop, indent):
+        pad = "    " * indent
+        r = self.rng.random()
+        if depth >= self.max_depth:
+            r = self.rng.random() * 0.45
+        if r < 0.2:
+            return [f"{pad}{self.rng.choice(FLOATS)} = {self.value()}"]
+        if r < 0.3:
+            op = self.rng.choice(["+=", "-=", "*="])
+            rhs = self.value() if op != "*=" else self.rng.choice(["0.5", "-1.0", "1.5"])
+            return [f"{pad}{self.rng.choice(FLOATS)} {op} {rhs}"]
+        if r < 0.36:
+            u, v = self.rng.sample(FLOATS, 2)
+            return [f"{pad}{u}, {v} = {v} * 1.0, {self.value()}"]
+        if r < 0.4:
+            return [f"{pad}k += 1"]
+        if r < 0.45:
+            if loop and self.rng.random() < 0.6:
+                jump = self.rng.choice(["break", "continue"])
+                return [f"{pad}if {self.cond()}:", f"{pad}    {jump}"]
+            return [f"{pad}if {self.cond()}:", f"{pad}    return {self.value()} + k"]
+        if r < 0.65:
+            lines = [f"{pad}if {self.cond()}:"] + self.block(depth + 1, loop, indent + 1)
+            for _ in range(self.rng.choice([0, 0, 1, 2])):
+                lines += [f"{pad}elif {self.cond()}:"] + self.block(depth + 1, loop, indent + 1)
+            if self.rng.random() < 0.5:
+                lines += [f"{pad}else:"] + self.block(depth + 1, loop, indent + 1)
+            return lines
+        if r < 0.75:
+            w = self.fresh("w")
+            lines = [f"{pad}{w} = 0", f"{pad}while {w} < {self.rng.randint(1, 4)} and {self.cond(1)}:",
+                     f"{pad}    {w} += 1"] + self.block(depth + 1, True, indent + 1)
+            if self.rng.random() < 0.2:
+                lines += [f"{pad}else:"] + self.block(depth + 1, loop, indent + 1)
+            return lines
+        if r < 0.82:
+            w = self.fresh("w")
+            return ([f"{pad}{w} = 0", f"{pad}while True:", f"{pad}    {w} += 1",
+                     f"{pad}    if {w} > {self.rng.randint(1, 4)}:", f"{pad}        break"]
+                    + self.block(depth + 1, True, indent + 1))
+        t = self.fresh("t")
+        bound = self.rng.choice(["n", str(self.rng.randint(1, 3))])
+        kind = self.rng.random()
+        if kind < 0.6:
+            head = f"for {t} in range({bound}):"
+        elif kind < 0.8:
+            head = f"for {t} in reversed(range({bound})):"
+        else:
+            head = f"for j{t}, {t} in enumerate(range({bound})):"
+        lines = [f"{pad}{head}", f"{pad}    a = a + {t} * 0.25"] + self.block(depth + 1, True, indent + 1)
+        if self.rng.random() < 0.15:
+            lines += [f"{pad}else:"] + self.block(depth + 1, loop, indent + 1)
+        return lines
+
+    def generate(self, name="prog"):
+        lines = [f"def {name}(x, y, n):", "    a = x * 1.0", "    b = y + 0.5", "    c = x - y",
+                 "    k = 0"]
+        lines += self.block(0, False, 1)
+        lines += ["    return a + b * c + k"]
+        return "\n".join(lines) + "\n"
+
+
+_COUNTER = [0]
+
+
+def compile_program(source, name="prog", flag=True):
+    """Define the program from ``source`` (registered with linecache so
+    ``@batch`` can read it) and return ``(plain, batched)``."""
+    _COUNTER[0] += 1
+    filename = f"<matchbox-fuzz-{_COUNTER[0]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    ns = {"torch": torch, "FLAG": flag}
+    exec(compile(source, filename, "exec"), ns)
+    plain = ns[name]
+    return plain, matchbox.batch(plain, max_iterations=100)
+
+
+def check_program(source, seed, B=5, lengths_seed=None):
+    """Run the program per example and batched; raise AssertionError with
+    the source on a mismatch.  Returns False for a program that plain
+    PyTorch itself rejects (an in-place update of a tensor autograd saved)."""
+    _, fn = compile_program(source, flag=bool(seed % 2))
+    g = torch.Generator().manual_seed(seed)
+    ns = [torch.randint(0, 4, (1,), generator=g) for _ in range(B)]
+    n = MaskedBatch.fromlist(ns, ())
+    try:
+        mb_test(fn, (B, (False, 1)), (B, (False, 1)), n, dtype=torch.float64, seed=seed)
+    except RuntimeError as e:
+        if "inplace operation" in str(e) or "in-place operation" in str(e):
+            return False  # the program itself is invalid PyTorch (in-place on a saved tensor)
+        raise AssertionError(f"fuzz program (seed {seed}) failed: {type(e).__name__}: {e}\n"
+                             f"{source}\n--- rewritten ---\n{matchbox.to_source(fn)}") from e
+    except Exception as e:
+        where = [f"{f.filename}:{f.lineno} {f.line}" for f in traceback.extract_tb(e.__traceback__)
+                 if f.filename.startswith("<matchbox-fuzz") or "matchbox/transform" in f.filename]
+        raise AssertionError(f"fuzz program (seed {seed}) failed: {type(e).__name__}: {e}\n"
+                             f"at: {where[-3:]}\n"
+                             f"{source}\n--- rewritten ---\n{matchbox.to_source(fn)}") from e
+    return True
+
+
+def run(count, seed=0, show=False, stop_on_fail=True):
+    failures = skipped = 0
+    for i in range(count):
+        s = seed + i
+        src = ProgramGenerator(random.Random(s)).generate()
+        if show:
+            print(src)
+        try:
+            skipped += not check_program(src, s)
+        except AssertionError as e:
+            failures += 1
+            print(e, file=sys.stderr)
+            if stop_on_fail:
+                return failures, skipped
+    return failures, skipped
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--count", type=int, default=500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--show", action="store_true", help="print every program")
+    p.add_argument("--keep-going", action="store_true", help="do not stop at the first failure")
+    a = p.parse_args(argv)
+    t = time.time()
+    failures, skipped = run(a.count, a.seed, a.show, not a.keep_going)
+    print(f"{a.count} programs from seed {a.seed}: {failures} failed, {skipped} skipped "
+          f"(invalid in plain PyTorch), {time.time() - t:.1f}s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

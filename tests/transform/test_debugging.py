@@ -1,0 +1,151 @@
+"""Debugging aids and errors: to_source, tracebacks into user source,
+MATCHBOX_DISABLE, methods/closures, decoration-time errors."""
+import subprocess
+import sys
+import traceback
+
+import pytest
+import torch
+
+import matchbox
+from matchbox import MaskedBatch, batch, to_source
+from matchbox.test_utils import mb_test
+from matchbox.transform import BatchSyntaxError, SourceUnavailableError
+
+
+@batch
+def branchy(x):
+    if x > 0:
+        x = x * 2
+    return x
+
+
+def test_to_source_is_readable_python():
+    src = to_source(branchy)
+    assert src.startswith("def branchy(x):")
+    assert "_mb.if_true" in src and "_mb.assign(x" in src
+    compile(src, "<check>", "exec")
+
+
+def test_traceback_points_into_user_source():
+    @batch
+    def fails(x):
+        if x > 0:
+            y = x.no_such_method()
+        return x
+
+    line = fails.__wrapped__.__code__.co_firstlineno + 3
+    with pytest.raises(Exception) as info:
+        fails(MaskedBatch.fromlist([torch.ones(1, 1)], (False,)))
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert any(f.filename == __file__ and f.lineno == line and "no_such_method" in f.line
+               for f in frames)
+
+
+def test_disable_with_environment_variable():
+    code = ("import matchbox, inspect\n"
+            "def f(x):\n    return x\n"
+            "g = matchbox.batch(f)\nprint(g is f)\n")
+    env = {"MATCHBOX_DISABLE": "1", "PATH": ""}
+    import os
+    env.update({k: v for k, v in os.environ.items() if k not in env})
+    path = __file__.replace("test_debugging.py", "_disable_probe.py")
+    with open(path, "w") as fh:
+        fh.write(code)
+    try:
+        out = subprocess.run([sys.executable, path], env=env, capture_output=True, text=True)
+    finally:
+        import os as _os
+        _os.remove(path)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(1.5, dtype=torch.float64))
+
+    @batch
+    def forward(self, x):
+        if x > 0:
+            x = x * self.scale
+        else:
+            x = x - self.scale
+        return x
+
+
+class Later(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor(0.5, dtype=torch.float64))
+
+    def forward(self, x):
+        while x < 2:
+            x = x + self.w + 0.5
+        return x
+
+
+Later.forward = batch(Later.forward)
+
+
+@pytest.mark.parametrize("module", [Model, Later])
+def test_methods(module):
+    mb_test(module(), (5, (False, 1)), dtype=torch.float64)
+
+
+def test_bound_method_and_closure():
+    m = Later()
+    m.forward = batch(Later.forward.__wrapped__.__get__(m))
+    mb_test(m.forward, (4, (False, 1)), dtype=torch.float64, params=list(m.parameters()))
+    k = 2.0
+
+    def outer():
+        @batch
+        def inner(x):
+            if x > 0:
+                x = x * k
+            return x
+        return inner
+
+    mb_test(outer(), (4, (False, 1)), dtype=torch.float64)
+
+
+def test_no_source_gives_clear_error():
+    ns = {}
+    exec("def f(x):\n    return x\n", ns)
+    with pytest.raises(SourceUnavailableError, match="cannot find it.*MATCHBOX_DISABLE"):
+        batch(ns["f"])
+
+
+def _raises(fn, match):
+    with pytest.raises(BatchSyntaxError, match=match) as info:
+        batch(fn)
+    assert info.value.filename == __file__ and info.value.lineno > 0
+    assert isinstance(info.value, SyntaxError)
+
+
+def test_unsupported_constructs_raise_at_decoration():
+    def gen(x):
+        yield x
+
+    def writes_global(x):
+        global GLOBAL_STATE
+        if x > 0:
+            GLOBAL_STATE = x
+        return x
+
+    def matcher(x):
+        match x:
+            case _:
+                return x
+
+    def finally_return(x):
+        try:
+            pass
+        finally:
+            return x
+
+    _raises(gen, r"generator \(yield\).*test_debugging.py:\d+")
+    _raises(writes_global, "global/nonlocal variable 'GLOBAL_STATE'")
+    _raises(matcher, "match statement")
+    _raises(finally_return, "'return' inside a finally")

@@ -1,0 +1,19 @@
+"""Random example-level programs: each batched run equals its per-example
+runs (values and gradients).  CI runs 500 seeded programs; run more with
+``python -m tests.transform.fuzzer --count 5000``."""
+import random
+
+import pytest
+
+from .fuzzer import ProgramGenerator, check_program
+
+CHUNKS, PER_CHUNK = 5, 100
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_random_programs(chunk):
+    checked = 0
+    for seed in range(chunk * PER_CHUNK, (chunk + 1) * PER_CHUNK):
+        src = ProgramGenerator(random.Random(seed)).generate()
+        checked += check_program(src, seed, B=4)
+    assert checked >= PER_CHUNK * 0.7  # most programs are valid plain PyTorch
