@@ -2,6 +2,7 @@
 
     x = v          ->  x = _mb.assign(x, v)           (active lanes get v)
     x += v         ->  x = _mb.aug_assign(x, '+=', v)
+    for x in xs    ->  for item in xs: x = _mb.assign(x, item)
     a, b = v       ->  tmp_a, tmp_b = v; a = _mb.assign(a, tmp_a); ...
     o.attr = v     ->  _mb.setattr_(o, 'attr', v)
     x[:, i] = v    ->  unchanged (MaskedBatch.__setitem__ honours the lanes)
@@ -49,7 +50,15 @@ class _Assignments(ast.NodeTransformer):
         node.body, node.orelse = self._region(node.body), self._region(node.orelse)
         return node
 
-    visit_For = visit_While
+    def visit_For(self, node):
+        # bind the target through a masked assignment, so that after the loop
+        # each example holds its own last item, not the longest example's
+        item = self.ctx.namer.new("item")
+        bind = templates.stamp(ast.Assign(targets=[node.target], value=ast.Name(id=item, ctx=ast.Load())),
+                               node)
+        node.target = ast.Name(id=item, ctx=ast.Store())
+        node.body = [bind] + node.body
+        return self.visit_While(node)
 
     def visit_With(self, node):
         node.body = self._plain(node.body)

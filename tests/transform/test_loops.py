@@ -214,3 +214,16 @@ def test_loop_body_skipped_when_no_lane_has_item():
                     torch.cat([x.mask, x.mask.new_zeros(3, 2, 1)], 1), x.dims)
     f(x)
     assert len(seen) == 1
+
+
+@batch
+def _last_item(x):
+    for i, x_t in enumerate(x.unbind(1)):
+        y = x_t * 2
+    return x_t * i + y
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_loop_target_after_the_loop_is_each_examples_last_item(lengths):
+    mb_test(_last_item, (5, (True, 4), (False, 2)), lengths=lengths, dtype=torch.float64)
+    mb_test(_last_item, (1, (False, 3), (False, 2)), dtype=torch.float64)
