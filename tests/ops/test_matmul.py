@@ -7,21 +7,10 @@ from matchbox import MaskedBatch
 from matchbox._lanes import lanes
 from matchbox.ops._registry import RULES
 from matchbox.test_utils import mb_test
+from _padding import poison, lift
 
 LENGTHS = ("mixed", "one", "equal")
 kw = dict(dtype=torch.float64)
-
-
-def poison(x, value=float("nan")):
-    """Put garbage in a batch's padding (a no-op for one example)."""
-    if isinstance(x, MaskedBatch) and x._mask is not None:
-        return MaskedBatch._new(torch.where(x._mask, x.data, value), x._mask, x.dims)
-    return x
-
-
-def lift(y):
-    """A per-example scalar (0-dim) becomes (1,), like a batch's examples."""
-    return y + torch.zeros(1, dtype=y.dtype)
 
 
 def mm(f):

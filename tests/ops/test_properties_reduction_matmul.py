@@ -3,20 +3,10 @@ and matmul on a batch equal the per-example runs (values and gradients)."""
 import torch
 from hypothesis import given, settings, strategies as st
 
-from matchbox import MaskedBatch
 from matchbox.test_utils import mb_test
+from _padding import poison, lift
 
 SETTINGS = settings(max_examples=40, deadline=None)
-
-
-def poison(x, value=float("nan")):
-    if isinstance(x, MaskedBatch) and x._mask is not None:
-        return MaskedBatch._new(torch.where(x._mask, x.data, value), x._mask, x.dims)
-    return x
-
-
-def lift(y):
-    return y + torch.zeros(1, dtype=y.dtype)
 
 
 @st.composite

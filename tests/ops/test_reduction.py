@@ -6,6 +6,7 @@ import torch
 from matchbox import MaskedBatch
 from matchbox._lanes import lanes
 from matchbox.test_utils import mb_test
+from _padding import poison, lift
 
 LENGTHS = ("mixed", "one", "equal")
 SPECS = {
@@ -18,20 +19,6 @@ DIMS = {"1": 1, "-1": -1, "(1,2)": (1, 2), "none": None}
 # lengths matter only where some dim is dynamic
 CASES = [(s, n) for s in SPECS for n in (LENGTHS if s in ("dyn_static", "two_dyn") else ("mixed",))]
 kw = dict(dtype=torch.float64)
-
-
-def poison(x, value=float("nan")):
-    """Put garbage in a batch's padding (a no-op for one example)."""
-    if isinstance(x, MaskedBatch) and x._mask is not None:
-        return MaskedBatch._new(torch.where(x._mask, x.data, value), x._mask, x.dims)
-    return x
-
-
-def lift(y):
-    """A per-example scalar (0-dim) becomes shape (1,), matching a batch's
-    examples; batched results pass through unchanged."""
-    z = torch.zeros(1, dtype=y.dtype)
-    return y | z if y.dtype == torch.bool else y + z
 
 
 def call(op, dim, keepdim):

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from matchbox import MaskedBatch
 from matchbox._lanes import lanes
 from matchbox.test_utils import mb_test
+from _padding import poison
 
 LENGTHS = ("mixed", "one", "equal")
 SPECS = {
@@ -23,13 +24,6 @@ FNS = {
     "F.log_softmax": lambda x, d: F.log_softmax(x, d),
     "special.softmax": lambda x, d: torch.special.softmax(x, d),
 }
-
-
-def poison(x, value=float("nan")):
-    """Put garbage in a batch's padding (a no-op for one example)."""
-    if isinstance(x, MaskedBatch) and x._mask is not None:
-        return MaskedBatch._new(torch.where(x._mask, x.data, value), x._mask, x.dims)
-    return x
 
 
 CASES = [(s, n) for s in SPECS for n in (LENGTHS if s in ("dyn_static", "two_dyn") else ("mixed",))]
