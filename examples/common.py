@@ -1,0 +1,42 @@
+"""What every example script shares: a progress bar.
+
+No third-party progress library: the bar is a dozen lines and the examples
+stay runnable with nothing but torch installed.
+"""
+import sys
+import time
+
+
+def progress(iterable, desc="", total=None, every=0.1):
+    """Yield from `iterable`, drawing `desc [#####.....] i/n  secs  note` on
+    stderr; `bar.note(text)` sets the note (e.g. the current loss)."""
+    return _Bar(iterable, desc, total, every)
+
+
+class _Bar:
+    def __init__(self, iterable, desc, total, every):
+        self.iterable, self.desc, self.every = iterable, desc, every
+        self.total = total if total is not None else len(iterable)
+        self.text, self._last, self._start = "", 0.0, time.perf_counter()
+
+    def note(self, text):
+        """Show `text` (e.g. the current loss) after the bar."""
+        self.text = text
+
+    def __iter__(self):
+        for i, item in enumerate(self.iterable):
+            yield item
+            self._draw(i + 1)
+        self._draw(self.total, force=True)
+        sys.stderr.write("\n")
+
+    def _draw(self, done, force=False):
+        now = time.perf_counter()
+        if not force and now - self._last < self.every:
+            return
+        self._last = now
+        width = 30
+        filled = width * done // max(self.total, 1)
+        sys.stderr.write(f"\r{self.desc} [{'#' * filled}{'.' * (width - filled)}] "
+                         f"{done}/{self.total} {now - self._start:5.1f}s {self.text}")
+        sys.stderr.flush()
