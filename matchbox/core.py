@@ -13,7 +13,10 @@ Ops reach MaskedBatch through ``__torch_function__`` and the rule table in
 :mod:`matchbox.ops._registry`; this module holds only the type itself,
 its validation, conversions and sizes.
 """
+import dataclasses
+
 import torch
+import torch.utils._pytree
 
 from . import _lanes
 
@@ -63,7 +66,9 @@ class MaskedBatch:
     """A batch of ``B`` examples with the same number of dimensions and
     per-example sizes along the dynamic ones.  See SPEC section 2."""
 
-    __slots__ = ("data", "_mask", "dims", "__weakref__")
+    # _listed: set by @batch's list append on the items it stores, as
+    # (lanes that hold the item, per-lane list length up to the item or None)
+    __slots__ = ("data", "_mask", "dims", "_listed", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None):
         if not isinstance(data, torch.Tensor):
@@ -176,6 +181,12 @@ class MaskedBatch:
     def requires_grad(self):
         return self.data.requires_grad
 
+    @property
+    def is_nested(self):
+        """False: not a ``torch.nested`` tensor (nn.MultiheadAttention and the
+        Transformer modules read this to pick their code path)."""
+        return False
+
     def requires_grad_(self, flag=True):
         self.data.requires_grad_(flag)
         return self
@@ -187,6 +198,18 @@ class MaskedBatch:
 
     def dim(self):
         return self.data.dim()
+
+    def is_floating_point(self):
+        return self.data.is_floating_point()
+
+    def is_complex(self):
+        return self.data.is_complex()
+
+    def element_size(self):
+        return self.data.element_size()
+
+    def get_device(self):
+        return self.data.get_device()
 
     @property
     def ndim(self):
@@ -212,7 +235,9 @@ class MaskedBatch:
             raise ValueError(
                 f"dimension {dim} is dynamic (its size differs between examples), so it has "
                 f"no single int size; use size_as_tensor({dim}) for per-example sizes or "
-                f"maxsize({dim}) for the padded size")
+                f"maxsize({dim}) for the padded size"
+                + (" (nn.LSTM / nn.GRU / nn.RNN read size(1) when batch_first=False: build "
+                   "them with batch_first=True)" if d == 1 else ""))
         return self.data.size(d)
 
     @property
@@ -362,13 +387,19 @@ class MaskedBatch:
         return out
 
     @classmethod
-    def from_padded(cls, data, lengths=None, dim=1, batch_first=True):
+    def from_padded(cls, data, lengths=None, dim=1, batch_first=True, key_padding_mask=None):
         """Wrap a padded Tensor.  ``lengths`` gives the per-example sizes along
         ``dim`` (an int dimension of the batch-first layout); pass a tuple of
         dims and a matching tuple of lengths for several dynamic dims.  With
-        ``batch_first=False`` the input is ``(T, B, ...)`` as in ``nn.LSTM``."""
+        ``batch_first=False`` the input is ``(T, B, ...)`` as in ``nn.LSTM``.
+        Instead of ``lengths``, ``key_padding_mask`` may give a bool ``(B, T)``
+        in nn.MultiheadAttention's convention (True = padding, at the end)."""
         if not batch_first:
             data = data.transpose(0, 1)
+        if key_padding_mask is not None:
+            if lengths is not None or not isinstance(dim, int):
+                raise ValueError("from_padded: give lengths or key_padding_mask (one int dim), not both")
+            lengths = _lengths_from_kpm(key_padding_mask, data, dim)
         n = data.dim() - 1
         dlist = (dim,) if isinstance(dim, int) else tuple(dim)
         if lengths is None:
@@ -392,6 +423,17 @@ class MaskedBatch:
             lens[d] = ln
         dims = tuple(i + 1 in lens for i in range(n))
         return cls._new(data, mask_from_lengths(lens, data.shape, dims), dims)
+
+    def key_padding_mask(self, dim=1):
+        """The bool ``(B, n)`` mask of dimension ``dim`` in the convention of
+        nn.MultiheadAttention's ``key_padding_mask`` (True = padding), for
+        handing this batch to padded PyTorch code; all False if ``dim`` is
+        static.  ``from_padded(data, key_padding_mask=kpm)`` goes back."""
+        d = self._norm_dim(dim)
+        if d == 0:
+            raise ValueError("key_padding_mask: dimension 0 is the batch; give a per-example dim >= 1")
+        positions = torch.arange(self.data.size(d), device=self.data.device)
+        return positions >= self._lengths(d)[:, None]
 
     def to_padded(self, value=0):
         """The data as a plain padded Tensor with ``value`` everywhere that is
@@ -444,6 +486,23 @@ class MaskedBatch:
                                 copy.deepcopy(self._mask, memo), self.dims)
 
 
+def _lengths_from_kpm(kpm, data, dim):
+    """Per-example lengths from a key_padding_mask (True = padding), which
+    must be ``(B, data.size(dim))`` and pad a suffix of each row."""
+    kpm = torch.as_tensor(kpm, device=data.device)
+    d = dim + data.dim() if dim < 0 else dim
+    if kpm.dtype != torch.bool or tuple(kpm.shape) != (data.size(0), data.size(d)):
+        raise ValueError(
+            f"from_padded: key_padding_mask must be a bool Tensor of shape "
+            f"{(data.size(0), data.size(d))} (True = padding), got {kpm.dtype} {tuple(kpm.shape)}")
+    lengths = (~kpm).sum(1)
+    if not torch.equal(kpm, torch.arange(kpm.size(1), device=kpm.device) >= lengths[:, None]):
+        raise ValueError(
+            "from_padded: key_padding_mask must mark padding at the end of each row (real "
+            "entries first, then True for padding); matchbox keeps each example as a prefix")
+    return lengths
+
+
 def real_mask(x):
     """``x``'s mask combined with the active lanes, or None when every entry
     of ``x`` is real and every lane is active.  Op rules that must neutralize
@@ -454,3 +513,20 @@ def real_mask(x):
         return m
     lanes = lanes.view((-1,) + (1,) * (x.data.dim() - 1))
     return lanes if m is None else m & lanes
+
+
+# Tools that look for the tensors inside a model's outputs must find those of
+# a MaskedBatch.  DistributedDataParallel walks outputs with torch's pytree
+# (static_graph=True: without this the gradients come out wrong) and with
+# dataclass fields (find_unused_parameters=True: else it raises).
+@dataclasses.dataclass
+class _TensorFields:
+    data: torch.Tensor
+    _mask: torch.Tensor
+
+
+MaskedBatch.__dataclass_fields__ = _TensorFields.__dataclass_fields__
+torch.utils._pytree.register_pytree_node(
+    MaskedBatch, lambda x: ([x.data, x._mask], x.dims),
+    lambda leaves, dims: MaskedBatch._new(leaves[0], leaves[1], dims),
+    serialized_type_name="matchbox.MaskedBatch")

@@ -11,10 +11,17 @@ rule for an op, look in the module of its family:
 - ``shape``      view, reshape, transpose, permute, squeeze, cat, stack, ...
 - ``indexing``   x[...], gather, index_select, setitem
 - ``nn``         linear, embedding, dropout, layer_norm
-- ``rnn``        RNN / LSTM / GRU cells
+- ``rnn``        RNN / LSTM / GRU cells and whole-sequence nn.LSTM / GRU / RNN
 - ``loss``       cross_entropy, nll_loss, mse_loss
+- ``attention``  scaled_dot_product_attention, multi_head_attention_forward (nn.MultiheadAttention)
+- ``sorting``    sort, argsort, topk, kthvalue, median
+- ``conv``       conv1d/2d/3d, conv_transpose, max/avg/adaptive pooling, pad
+- ``norm``       batch_norm, instance_norm, group_norm
 - ``helpers``    example-level helpers shared with torch.Tensor
 """
 from . import pointwise, reduction, softmax, matmul, shape, indexing, nn, rnn, loss, helpers  # noqa: F401
+from . import sorting  # noqa: F401
+from . import attention  # noqa: F401
+from . import conv, norm  # noqa: F401
 
 helpers.install()

@@ -9,7 +9,7 @@ does not define (checked at import).
 import torch
 
 from ..core import MaskedBatch
-from ._registry import is_mb, new
+from ._registry import is_mb, new, register_distinct
 
 HELPERS = {}
 
@@ -73,6 +73,19 @@ def causal_mask(x, in_dim, out_dim):
     hide = ii.view(shape_i) > jj.view(shape_j)
     out = data.masked_fill(hide, float("-inf"))
     return new(out, x._mask, x.dims) if is_mb(x) else out
+
+
+def _like(fn):
+    """``torch.zeros_like(x)`` and kin: a fresh value per entry, x's mask and dims."""
+    def rule(input, *args, **kwargs):
+        return new(fn(input.data, *args, **kwargs), input._mask, input.dims)
+    rule.__name__ = rule.__qualname__ = fn.__name__
+    return rule
+
+
+for _fn in (torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like,
+            torch.rand_like, torch.randn_like, torch.randint_like):
+    register_distinct(_fn)(_like(_fn))
 
 
 def install():

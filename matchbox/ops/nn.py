@@ -14,7 +14,7 @@ dropped): padding contributes exactly zero to parameter gradients.
 import torch
 import torch.nn.functional as F
 
-from ._registry import is_mb, new, real_mask, register
+from ._registry import is_mb, neutralize, new, real_mask, register
 
 __all__ = ["linear", "embedding", "dropout", "layer_norm", "rms_norm", "glu", "prelu"]
 
@@ -203,3 +203,18 @@ def prelu(input, weight):
         return new(F.prelu(input.data, weight), input._mask, input.dims)
     data = torch.where(m, input.data, torch.zeros((), dtype=input.data.dtype, device=input.data.device))
     return new(_mask_out(F.prelu(data, weight), m), input._mask, input.dims)
+
+
+@register(F.one_hot)
+def one_hot(tensor, num_classes=-1):
+    """A trailing static class dim; padding entries become class 0 first so
+    garbage there cannot raise.  ``num_classes`` must be given: inferred
+    from each example's own maximum it would differ between examples."""
+    _need_mb(tensor, "one_hot")
+    if num_classes < 0:
+        raise ValueError(
+            "one_hot on a MaskedBatch needs num_classes=...: inferred from the values it "
+            "would differ between examples")
+    out = F.one_hot(neutralize(tensor, 0), num_classes)
+    mask = None if tensor._mask is None else tensor._mask.unsqueeze(-1)
+    return new(out, mask, tensor.dims + (False,))

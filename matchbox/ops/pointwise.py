@@ -73,7 +73,7 @@ def _register_all(fns, rule):
 UNARY = """abs absolute neg negative positive exp exp2 expm1 tanh sigmoid sin cos tan sinh
 cosh asinh atan arctan floor ceil round trunc fix frac sign sgn erf erfc square
 logical_not bitwise_not isnan isinf isfinite isposinf isneginf isreal nan_to_num relu
-signbit conj deg2rad rad2deg i0 sinc""".split()
+signbit conj deg2rad rad2deg i0 sinc clone detach""".split()
 
 # functions with a non-finite derivative somewhere: the safe value for non-real entries
 UNARY_SAFE = {
@@ -92,6 +92,20 @@ for _name, _safe in UNARY_SAFE.items():
     _fns = _torch_fns(_name)
     if _fns:
         _register_all(_fns, _unary(getattr(torch, _name, None) or getattr(T, _name), _safe))
+
+
+
+def _last_two(f):
+    """``f`` over each example's last two dims (tril/triu): a 2-D example
+    (1, n) is the matrix (1, n), not the batch's (B, n)."""
+    def g(data, *args, **kwargs):
+        return f(data.unsqueeze(1), *args, **kwargs).squeeze(1)
+    g.__name__ = f.__name__
+    return g
+
+
+for _name in ("tril", "triu"):
+    _register_all(_torch_fns(_name), _unary(_last_two(getattr(torch, _name))))
 
 # torch.nn.functional activations (F.relu(x, inplace=False), F.gelu, ...)
 ACTIVATIONS = """relu relu6 elu selu celu gelu silu mish leaky_relu softplus softsign

@@ -11,8 +11,9 @@ Reducing over dim 0 (the batch) raises.
 import math
 
 import torch
+import torch.nn.functional as F
 
-from ._registry import is_mb, new, norm_dim, real_mask, register
+from ._registry import is_mb, new, norm_dim, real_mask, register, register_distinct
 
 T = torch.Tensor
 _INF = float("inf")
@@ -283,3 +284,20 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     _no_out("vector_norm", out)
     return _vector_norm("vector_norm", torch.linalg.vector_norm, x, ord, dim, keepdim,
                         {"dtype": dtype})
+
+
+# ------------------------------------------------------------------ composites
+@register(F.normalize)
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """``x / max(||x||_p, eps)`` with the norm over real entries of ``dim``."""
+    _no_out("normalize", out)
+    return input / input.norm(p, dim, keepdim=True).clamp_min(eps)
+
+
+@register_distinct(F.cosine_similarity, torch.cosine_similarity)
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """Each side divided by its norm (at least ``eps``), then summed over the
+    real entries of ``dim`` (ATen's formula)."""
+    n1 = torch.linalg.vector_norm(x1, 2, dim, keepdim=True).clamp_min(eps)
+    n2 = torch.linalg.vector_norm(x2, 2, dim, keepdim=True).clamp_min(eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)

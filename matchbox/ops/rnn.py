@@ -1,20 +1,30 @@
-"""Recurrent cells: the functions ``nn.RNNCell`` / ``nn.LSTMCell`` /
-``nn.GRUCell`` call (``torch._VF.rnn_tanh_cell``, ``rnn_relu_cell``,
-``lstm_cell``, ``gru_cell``; the same objects as ``torch.rnn_tanh_cell`` ...).
+"""Recurrent ops: the cells and the whole-sequence layers.
 
-Each example is ``(1, features)``: input and hidden state(s) are MaskedBatch
-with static dims, or plain Tensors with leading size 1 (shared by every
-example) or ``B`` (e.g. the zero state the cell modules build themselves
-from ``input.size(0)``).  The result mask is the conjunction of the operands'
-(lane) masks.  Non-real lanes (a False mask, or dormant SIMT lanes) are fed
-zeros and their outputs zeroed with ``where``, so they never leak NaN and add
-nothing to the weight gradients.
+Cells: the functions ``nn.RNNCell`` / ``nn.LSTMCell`` / ``nn.GRUCell`` call
+(``torch._VF.rnn_tanh_cell``, ``rnn_relu_cell``, ``lstm_cell``, ``gru_cell``;
+the same objects as ``torch.rnn_tanh_cell`` ...).  Each example is
+``(1, features)``: input and hidden state(s) are MaskedBatch with static dims,
+or plain Tensors with leading size 1 (shared by every example) or ``B`` (e.g.
+the zero state the cell modules build themselves from ``input.size(0)``).
+The result mask is the conjunction of the operands' (lane) masks.  Non-real
+lanes (a False mask, or dormant SIMT lanes) are fed zeros and their outputs
+zeroed with ``where``, so they never leak NaN and add nothing to the weight
+gradients.
+
+Whole sequences: ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` end in
+``torch._VF.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu`` (the same objects
+as ``torch.lstm`` ...); everything their ``forward`` does before that
+(``input.dim()``, ``input.size(0)``, the zero states) already works on a
+MaskedBatch.  The rules run the real steps of every example as ONE packed
+call (see :func:`lstm`).
 """
 import torch
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ._registry import is_mb, new, real_mask, register
 
-__all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell"]
+__all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell",
+           "lstm", "gru", "rnn_tanh", "rnn_relu"]
 
 
 def _operands(opname, tensors):
@@ -99,3 +109,117 @@ def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     (x, h, c), mask, real = _operands("lstm_cell", [input, hx[0], hx[1]])
     h2, c2 = torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh)
     return _finish(h2, mask, real), _finish(c2, mask, real)
+
+
+# ------------------------------------------------------------------ whole sequences
+def _check_layer(opname, input, hx, params, has_biases, batch_first):
+    """Refuse, with the reason, what the packed call cannot run per example."""
+    if not isinstance(has_biases, bool):  # the (data, batch_sizes, hx, ...) overload
+        raise NotImplementedError(
+            f"{opname}: a PackedSequence built from MaskedBatch data is not supported; pass "
+            f"the MaskedBatch itself to the module (matchbox packs it for you)")
+    if not is_mb(input):
+        raise NotImplementedError(
+            f"{opname}: only the input may be a MaskedBatch (each example (1, n, features)); "
+            f"give initial states as plain Tensors in torch's layout "
+            f"(num_layers * num_directions, B, hidden) and weights as plain Tensors")
+    if not batch_first:
+        raise ValueError(
+            f"{opname}: matchbox runs nn.LSTM / nn.GRU / nn.RNN only with batch_first=True. "
+            f"Each example is (1, n, features) with its leading 1 as the batch dimension; "
+            f"build the module with batch_first=True")
+    if input.data.dim() != 3:
+        raise ValueError(
+            f"{opname}: each example must be (1, n, features); got a MaskedBatch with "
+            f"{input.data.dim() - 1} dimensions after the leading 1")
+    if input.dims[1]:
+        raise ValueError(
+            f"{opname}: the feature dimension (dim 2) is dynamic; the layer needs a static "
+            f"number of input features")
+    _check_params(opname, params)
+    for h in hx:
+        if is_mb(h):
+            raise ValueError(
+                f"{opname}: the initial state is a MaskedBatch; give it as a plain Tensor in "
+                f"torch's layout (num_layers * num_directions, B, hidden), batch at dim 1 "
+                f"(per example it is (num_layers * num_directions, 1, hidden))")
+
+
+def _packed(f, input, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    """Run ``f`` over the real steps of each example; returns the padded
+    output (B, n, D*H) and the final states in torch layout (L*D, B, H)."""
+    x, B, n = input.data, input.data.size(0), input.data.size(1)
+    real = real_mask(input)
+    if real is None:  # every step of every example is real: one plain call
+        res = f(x, hx if len(hx) > 1 else hx[0], params, has_biases, num_layers, dropout,
+                train, bidirectional, True)
+        return res[0], list(res[1:])
+    steps = real.any(-1).expand(B, n)  # (B, n): real (and active) time steps
+    lengths = steps.sum(1)
+    host = lengths.cpu()
+    empty = bool((host == 0).any())  # no real step: dormant lane or empty example
+    # zeros where not real: a lane with no step reads its position 0 (packing needs >= 1)
+    x = torch.where(real, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    packed = pack_padded_sequence(x, host.clamp(min=1), batch_first=True, enforce_sorted=False)
+    order, back = packed.sorted_indices, packed.unsorted_indices
+    hs = [h.index_select(1, order) for h in hx]
+    res = f(packed.data, packed.batch_sizes, hs if len(hs) > 1 else hs[0], params, has_biases,
+            num_layers, dropout, train, bidirectional)
+    out, _ = pad_packed_sequence(PackedSequence(res[0], packed.batch_sizes, order, back),
+                                 batch_first=True, total_length=n)
+    states = [s.index_select(1, back) for s in res[1:]]
+    if empty:  # such a lane ran one zero step: keep its state and gradients out
+        none = (lengths == 0).view(1, B, 1)
+        states = [torch.where(none, h, s) for h, s in zip(hx, states)]
+        out = torch.where(steps.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return out, states
+
+
+def _layer(f, opname):
+    def rule(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        hx = tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
+        _check_layer(opname, input, hx, params, has_biases, batch_first)
+        out, states = _packed(f, input, hx, params, has_biases, num_layers, dropout, train,
+                              bidirectional)
+        return (new(out, input._mask, input.dims), *states)
+    rule.__name__ = opname
+    rule.__doc__ = f"``torch.{opname}`` (what ``nn.{_MODULE[opname]}`` calls); see :func:`lstm`."
+    return rule
+
+
+_MODULE = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
+gru = register(torch.gru)(_layer(torch.gru, "gru"))
+rnn_tanh = register(torch.rnn_tanh)(_layer(torch.rnn_tanh, "rnn_tanh"))
+rnn_relu = register(torch.rnn_relu)(_layer(torch.rnn_relu, "rnn_relu"))
+lstm = register(torch.lstm)(_layer(torch.lstm, "lstm"))
+lstm.__doc__ = """``torch.lstm``, what ``nn.LSTM(..., batch_first=True)(x, hx)`` calls; the
+GRU and RNN rules work the same way.
+
+Per example, ``x`` is ``(1, n, features)`` (``n`` may be dynamic) and the
+layer runs as on that one sequence: every direction and layer sees only the
+example's own ``n`` steps (the backward direction starts at its own last
+step), so ``output`` is a MaskedBatch ``(1, n, D * hidden)`` per example
+with the input's mask, and ``h_n`` (and ``c_n``) hold each example's state
+after its own last step (backward direction: after its first token).
+
+States use torch's own layout, as a padded PyTorch model has them: ``h0`` /
+``c0`` and ``h_n`` / ``c_n`` are plain Tensors ``(L * D, B, hidden)``, the
+batch at dim 1 -- per example ``(L * D, 1, hidden)``, exactly what the
+unbatched module takes and returns.  So ``h_n[-1]`` is a ``(B, hidden)``
+Tensor of batch rows (per example ``(1, hidden)``), and ``h_n`` can start
+another layer.  A MaskedBatch state is refused (its batch would sit at
+dim 0); a plain ``(L * D, 1, hidden)`` state is refused by the module's own
+size check when B > 1.  Mix ``h_n`` itself with MaskedBatch values only
+after selecting a layer or ``h_n.transpose(0, 1)``.
+
+Only ``batch_first=True`` is supported (per example ``(n, 1, features)``
+would put the batch at dim 1); ``batch_first=False`` raises.  Dropout
+between layers (``dropout > 0`` in training) is drawn over the real steps
+only, so it is distributed as for each example alone, though its random
+numbers differ from a per-example run; in eval mode results are exact.
+
+Implementation: the real steps are packed (``pack_padded_sequence`` with
+each example's length) and run in one ``torch.lstm`` call over the
+``PackedSequence``, then unpacked, so padding never enters the recurrence
+or any gradient.  Without padding it is one plain call.  An example with no
+real step (a dormant lane) keeps its initial state and gets no gradient."""

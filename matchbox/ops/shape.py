@@ -48,6 +48,7 @@ from ._registry import (_pad_dim, canon_mask, is_mb, neutralize, new, norm_dim, 
                         register_distinct)
 from .helpers import helper
 from ..core import MaskedBatch
+from .attention import SeqFirst
 
 T = torch.Tensor
 
@@ -133,9 +134,13 @@ def _permuted(x, perm, op):
 # ------------------------------------------------------------------ transpose / permute
 @register_distinct(torch.transpose, T.transpose, torch.swapaxes, T.swapaxes, torch.swapdims, T.swapdims)
 def transpose(x, dim0, dim1):
-    """Swap two per-example dims; the mask moves along."""
+    """Swap two per-example dims; the mask moves along.  Swapping dims 0
+    and 1 gives a :class:`~matchbox.ops.attention.SeqFirst` view, which only
+    nn.MultiheadAttention accepts (it swaps its inputs to (L, N, E))."""
     n = x.data.dim()
     d0, d1 = x._norm_dim(dim0), x._norm_dim(dim1)
+    if {d0, d1} == {0, 1}:
+        return SeqFirst(x)
     perm = list(range(n))
     perm[d0], perm[d1] = perm[d1], perm[d0]
     return _permuted(x, perm, f"transpose({dim0}, {dim1})")
@@ -586,7 +591,23 @@ def unbind(x, dim=0):
     if not x.dims[d - 1]:
         m = x._mask.squeeze(d)
         return tuple(new(t, m, dims) for t in datas)
-    return tuple(new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d)))
+    return Steps(new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d))).of(x, d)
+
+
+class Steps(tuple):
+    """The steps of ``x.unbind(d)`` over a dynamic dim: the i-th exists in
+    the examples longer than i.  Plain ``reversed()`` walks them in padded
+    order; ``@batch``'s ``reversed`` calls ``per_example_reversed()``,
+    whose i-th step is each example's own i-th from last (so every
+    example starts at once and lists appended in the loop stay aligned)."""
+
+    def of(self, x, d):
+        self._source = (x, d)
+        return self
+
+    def per_example_reversed(self):
+        x, d = self._source
+        return unbind(torch.flip(x, (d,)), d)
 
 
 @register_distinct(torch.split, T.split)

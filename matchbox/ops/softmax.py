@@ -39,3 +39,11 @@ register(torch.softmax, T.softmax, F.softmax, torch.special.softmax)(
     _softmax_rule("softmax", torch.softmax))
 register(torch.log_softmax, T.log_softmax, F.log_softmax, torch.special.log_softmax)(
     _softmax_rule("log_softmax", torch.log_softmax))
+
+
+@register(F.softmin)
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """``softmax(-x)`` over real entries only."""
+    if dim is None:
+        raise TypeError("softmin on a MaskedBatch needs dim=... (the implicit dim is deprecated)")
+    return torch.softmax(-input, dim, dtype=dtype)

@@ -30,7 +30,8 @@ FAMILIES = {
     "nn": [F.linear, F.embedding, F.dropout, F.layer_norm, F.gelu, F.relu, F.silu, F.elu,
            F.leaky_relu, F.softplus, F.hardtanh],
     "rnn": [torch._VF.rnn_tanh_cell, torch._VF.rnn_relu_cell, torch._VF.lstm_cell,
-            torch._VF.gru_cell],
+            torch._VF.gru_cell, torch._VF.lstm, torch._VF.gru, torch._VF.rnn_tanh,
+            torch._VF.rnn_relu],
     "loss": [F.cross_entropy, F.nll_loss, F.mse_loss],
 }
 

@@ -141,3 +141,38 @@ def test_property_unary(B, n, dyn, op, seed):
     torch.manual_seed(seed)
     f, domain = UNARY[op]
     mb_test(_domain(f, domain), (B, (dyn, n), (True, 3)), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+@pytest.mark.parametrize("op", ["tril", "triu"])
+@pytest.mark.parametrize("diagonal", [0, -1, 1])
+def test_tril_triu_in_each_examples_own_coordinates(op, diagonal, lengths):
+    f = lambda x: getattr(torch, op)(x, diagonal)
+    mb_test(f, (3, (True, 4), (True, 4)), lengths=lengths, dtype=torch.float64)
+    mb_test(f, (3, (True, 4)), lengths=lengths, dtype=torch.float64)  # (1, n) matrices
+    mb_test(lambda x: getattr(x, op)(diagonal), (2, (False, 2), (True, 3), (False, 3)),
+            lengths=lengths, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("op", [torch.clone, lambda x: x.clone(), torch.detach])
+def test_clone_and_detach(op):
+    mb_test(lambda x: op(x) * 2, (3, (True, 4)), lengths="mixed", dtype=torch.float64,
+            grad=op is not torch.detach)
+
+
+def test_dtype_queries():
+    from matchbox.test_utils import mb_rand
+    x = mb_rand(2, (True, 3))
+    assert x.is_floating_point() and not x.is_complex() and x.element_size() == 4
+    assert x.get_device() == -1
+
+
+@pytest.mark.parametrize("fn", [torch.zeros_like, torch.ones_like,
+                                lambda x: torch.full_like(x, 3.0)])
+def test_like_factories_keep_mask_and_dims(fn):
+    mb_test(lambda x: fn(x) + x, (3, (True, 4), (False, 2)), lengths="mixed",
+            dtype=torch.float64)
+    from matchbox.test_utils import mb_rand
+    x = mb_rand(3, (True, 4))
+    y = torch.empty_like(x)
+    assert y.dims == x.dims and y.data.shape == x.data.shape

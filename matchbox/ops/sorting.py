@@ -1,0 +1,141 @@
+"""Sorting and order statistics: sort, argsort, topk, kthvalue, median.
+
+Along a static dim these are the torch ops on the data.  Along a dynamic
+dim every non-real entry first becomes a value that a *stable* sort puts
+after all real ones (NaN ascending, since torch sorts NaN last; the
+dtype's minimum descending), so each example's real entries come first,
+in the order its own sort gives, and the result keeps the input's mask.
+topk/kthvalue pick a fixed k for every example, so they check k against
+each real, active example's length (torch raises for k past the end);
+median picks each example's own middle index.
+"""
+import torch
+
+from .._lanes import active_lanes
+from ._registry import new, norm_dim, real_mask, register_distinct
+from .reduction import _fill_value
+
+T = torch.Tensor
+
+
+def _last_fill(dtype, descending):
+    """A value that sorts after every real entry under a stable sort."""
+    if dtype.is_floating_point and not descending:
+        return float("nan")
+    return _fill_value(float("-inf") if descending else float("inf"), dtype)
+
+
+def _sorted(x, dim, descending, op):
+    """(values, indices) of a stable sort of MaskedBatch ``x`` along ``dim``,
+    real entries first in each example; and the normalized dim."""
+    d = norm_dim(x, dim, op)
+    data, m = x.data, real_mask(x)
+    dynamic = x.dims[d - 1]
+    if dynamic and m is not None:
+        data = torch.where(m, data, _last_fill(data.dtype, descending))
+    values, indices = torch.sort(data, dim=d, descending=descending, stable=True)
+    return values, indices, d
+
+
+def _drop_dim(x, d, keepdim):
+    """Mask and dims of a result that has reduced dim ``d`` of ``x``."""
+    mask = x._mask
+    if mask is not None:
+        mask = mask.any(dim=d, keepdim=keepdim)
+    if keepdim:
+        dims = tuple(False if i + 1 == d else f for i, f in enumerate(x.dims))
+    else:
+        dims = tuple(f for i, f in enumerate(x.dims) if i + 1 != d)
+    return mask, dims
+
+
+def _active_lengths(x, d):
+    """Lengths along ``d`` of the examples in active lanes (all outside @batch)."""
+    lengths, lanes = x._lengths(d), active_lanes()
+    return lengths if lanes is None else lengths[lanes]
+
+
+def _check_k(x, d, k, op):
+    """Every real, active example must have at least ``k`` entries along ``d``."""
+    if not x.dims[d - 1]:
+        if not 1 <= k <= x.data.size(d):
+            raise RuntimeError(f"{op}: k={k} is out of range for dimension {d} of size "
+                               f"{x.data.size(d)}")
+        return
+    short = _active_lengths(x, d)
+    if k < 1 or bool((short < k).any()):
+        raise RuntimeError(
+            f"{op}: k={k} is out of range for an example with only {int(short.min())} "
+            f"entries along dynamic dimension {d}; every example needs at least k")
+
+
+@register_distinct(torch.sort, T.sort)
+def sort(input, dim=-1, descending=False, stable=False, *, out=None):
+    """Each example's real entries sorted; padding stays after them."""
+    if out is not None:
+        raise NotImplementedError("sort: out= is not supported on a MaskedBatch")
+    values, indices, _ = _sorted(input, dim, descending, "sort")
+    return torch.return_types.sort((new(values, input._mask, input.dims),
+                                    new(indices, input._mask, input.dims)))
+
+
+@register_distinct(torch.argsort, T.argsort)
+def argsort(input, dim=-1, descending=False, stable=False):
+    """Indices that sort each example's real entries."""
+    _, indices, _ = _sorted(input, dim, descending, "argsort")
+    return new(indices, input._mask, input.dims)
+
+
+@register_distinct(torch.topk, T.topk)
+def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):
+    """The k largest (smallest) real entries of each example, in order; the
+    result's ``dim`` is static with size k."""
+    if out is not None:
+        raise NotImplementedError("topk: out= is not supported on a MaskedBatch")
+    d = norm_dim(input, dim, "topk")
+    _check_k(input, d, k, "topk")
+    values, indices, d = _sorted(input, d, largest, "topk")
+    mask, _ = _drop_dim(input, d, keepdim=True)
+    dims = tuple(False if i + 1 == d else f for i, f in enumerate(input.dims))
+    return torch.return_types.topk((new(values.narrow(d, 0, k), mask, dims),
+                                    new(indices.narrow(d, 0, k), mask, dims)))
+
+
+def _pick(input, d, position, keepdim, result_type):
+    """The ascending-sorted entry at per-example ``position`` ((B,) longs)
+    along ``d``, with its index, as ``result_type``."""
+    values, indices, d = _sorted(input, d, False, result_type.__name__)
+    shape = [1] * values.dim()
+    shape[0] = values.size(0)
+    index = position.view(shape).expand(*values.shape[:d], 1, *values.shape[d + 1:])
+    v, i = values.gather(d, index), indices.gather(d, index)
+    if not keepdim:
+        v, i = v.squeeze(d), i.squeeze(d)
+    mask, dims = _drop_dim(input, d, keepdim)
+    return result_type((new(v, mask, dims), new(i, mask, dims)))
+
+
+@register_distinct(torch.kthvalue, T.kthvalue)
+def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):
+    """The k-th smallest real entry of each example along ``dim``."""
+    d = norm_dim(input, dim, "kthvalue")
+    _check_k(input, d, k, "kthvalue")
+    position = torch.full((input.data.size(0),), k - 1, dtype=torch.long,
+                          device=input.data.device)
+    return _pick(input, d, position, keepdim, torch.return_types.kthvalue)
+
+
+@register_distinct(torch.median, T.median)
+def median(input, dim=None, keepdim=False, *, out=None):
+    """Each example's lower median along ``dim`` (torch's convention)."""
+    if dim is None:
+        raise NotImplementedError(
+            "median over all of an example's entries is not supported on a MaskedBatch; "
+            "pass dim=..., e.g. x.flatten(1).median(1) for examples with one dynamic dim")
+    d = norm_dim(input, dim, "median")
+    if input.dims[d - 1]:
+        position = (input._lengths(d) - 1).clamp_min(0) // 2
+    else:
+        position = torch.full((input.data.size(0),), (input.data.size(d) - 1) // 2,
+                              dtype=torch.long, device=input.data.device)
+    return _pick(input, d, position, keepdim, torch.return_types.median)
