@@ -3,7 +3,8 @@ examples of different sizes."""
 from .core import MaskedBatch
 from . import ops  # noqa: F401  (fills the rule table)
 from . import functional
+from . import data
 from .transform import batch, to_source
 
-__all__ = ["MaskedBatch", "functional", "batch", "to_source"]
+__all__ = ["MaskedBatch", "functional", "data", "batch", "to_source"]
 __version__ = "0.1.0"
