@@ -16,7 +16,6 @@ code run lane by lane.
 """
 import builtins
 import operator
-import weakref
 from contextlib import contextmanager
 
 import torch
@@ -240,6 +239,11 @@ def select(lanes, a, b):
     kind: MaskedBatch, Tensor at batch size one, numbers, tuples of them)."""
     if a is b:
         return a
+    if type(a) is MaskedBatch and type(b) is MaskedBatch and a._mask is b._mask \
+            and a.dims == b.dims and a.data.shape == b.data.shape \
+            and a.data.dtype == b.data.dtype:
+        # the common case (loop state of one shape): one where, mask kept
+        return _new(torch.where(_lane_view(lanes, a.data.dim()), a.data, b.data), a._mask, a.dims)
     if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
             and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):
         return type(a)(select(lanes, x, y) for x, y in zip(a, b))
@@ -365,19 +369,15 @@ def setattr_(obj, name, value):
 
 
 # ------------------------------------------------------------------ lists
-_PRESENCE = {}
+# An item that @batch's ``append`` stores in a list is a MaskedBatch tagged
+# with ``_listed = (presence, counts)``: the lanes in which the item exists,
+# and, on the list's last item only, each lane's list length so far.
+def _listed(x):
+    return getattr(x, "_listed", None) if isinstance(x, MaskedBatch) else None
 
 
-def _presence_tag(x):
-    tag = _PRESENCE.get(id(x))
-    if tag is not None and tag[0]() is x:
-        return tag[1]
-    return None
-
-
-def _tag(x, presence):
-    key = id(x)
-    _PRESENCE[key] = (weakref.ref(x, lambda _r, k=key: _PRESENCE.pop(k, None)), presence)
+def _tag(x, presence, counts=None):
+    x._listed = (presence, counts)
     return x
 
 
@@ -388,6 +388,15 @@ def _with_lanes(v, lanes, like=None):
     return _tag(_new(data, full, dims), lanes)
 
 
+def _lane_counts(lst, B, device):
+    """Per-lane lengths of ``lst``: read off its last item, else (a list
+    no masked append has touched) its length in every lane."""
+    tag = _listed(lst[-1]) if lst else None
+    if tag is not None and tag[1] is not None:
+        return tag[1]
+    return torch.full((B,), len(lst), dtype=torch.long, device=device)
+
+
 def append(lst, value):
     """``lst.append(value)`` that records the active lanes: per example the
     list grows only where the lane is active, so ``F.stack`` of the list
@@ -395,16 +404,19 @@ def append(lst, value):
     if not isinstance(lst, list):
         return lst.append(value)
     lanes = _ACTIVE.get()
-    if lanes is None and (not lst or _presence_tag(lst[-1]) is None):
+    last = _listed(lst[-1]) if lst else None
+    if lanes is None and last is None:
         lst.append(value)
         return None
-    B = lanes.size(0) if lanes is not None else _presence_tag(lst[-1]).size(0)
     if lanes is None:
-        lanes = torch.ones(B, dtype=torch.bool, device=_presence_tag(lst[-1]).device)
-    counts = torch.zeros(B, dtype=torch.long, device=lanes.device)
-    for e in lst:
-        p = _presence_tag(e)
-        counts += 1 if p is None else p.long()
+        lanes = torch.ones_like(last[0])
+    counts = _lane_counts(lst, lanes.size(0), lanes.device)
+    grown = counts + lanes.long()
+    if bool(((counts == len(lst)) | ~lanes).all()):
+        # every active lane holds every item so far (a loop over a dynamic
+        # dim, the common case): the value is a new last item
+        lst.append(_tag(_with_lanes(value, lanes, lst[0] if lst else None), lanes, grown))
+        return None
     active_counts = counts[lanes]
     if active_counts.numel() == 0:
         return None
@@ -415,10 +427,11 @@ def append(lst, value):
             continue
         if k < len(lst):
             old = lst[k]
-            merged = select(sel, value, old)
-            lst[k] = _tag(merged, _presence_tag(old) | sel)
+            held = _listed(old)[0] if _listed(old) else torch.ones_like(sel)
+            lst[k] = _tag(select(sel, value, old), held | sel)
         else:
             lst.append(_with_lanes(value, sel, lst[0] if lst else None))
+    lst[-1] = _tag(lst[-1], _listed(lst[-1])[0], grown)
     return None
 
 
@@ -484,9 +497,9 @@ def presence(item):
         m = item._mask
         if m is None:
             return None
-        tag = _presence_tag(item)
+        tag = _listed(item)
         if tag is not None:
-            return tag
+            return tag[0]
         if m.dim() == 1:
             return m
         return m.reshape(m.size(0), -1).any(1)
@@ -506,6 +519,19 @@ def lane_items(iterable):
     else:
         for item in iterable:
             yield item, presence(item)
+
+
+def _lane_masks_dropped(item):
+    """``item`` without a mask that only says which lanes hold it (a step of
+    ``x.unbind(d)`` with static dims): inside the iteration the active
+    lanes say that already, and an unmasked item keeps the body's ops and
+    masked updates on their fast paths."""
+    if isinstance(item, (tuple, list)):
+        return type(item)(_lane_masks_dropped(x) for x in item)
+    if isinstance(item, MaskedBatch) and item._mask is not None \
+            and item._mask.numel() == item._mask.size(0):
+        return _new(item.data, None, item.dims)
+    return item
 
 
 class for_loop(_Loop):
@@ -529,9 +555,12 @@ class for_loop(_Loop):
                 _ACTIVE.set(self.alive)
             else:
                 lanes = _combine(self.alive, p)
-                if not bool(lanes.any()):
+                n = int(lanes.sum())
+                if n == 0:
                     continue
-                _ACTIVE.set(lanes)
+                # every lane active: no masked work at all in this iteration
+                _ACTIVE.set(None if n == lanes.numel() else lanes)
+                item = _lane_masks_dropped(item)
             yield item
         _ACTIVE.set(self.alive)
 
@@ -665,6 +694,8 @@ class _LaneReversed(LaneIterable):
 
 
 def reversed_(seq):
+    if hasattr(seq, "per_example_reversed"):  # the steps of x.unbind(d), d dynamic
+        return seq.per_example_reversed()
     if isinstance(seq, LaneRange):
         return reversed(seq)
     if isinstance(seq, LaneIterable):
