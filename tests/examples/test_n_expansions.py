@@ -1,0 +1,71 @@
+"""The n_expansions research snippet: a per-example `while unconnected > 1`
+loop under @batch, around static config `if`s; batched values and gradients
+equal per-example runs, each example leaves the loop after its own number
+of steps, and `main` trains."""
+import math
+
+import pytest
+import torch
+
+from examples.n_expansions import Config, NExpansions, main, make_data, batch_examples
+from matchbox import MaskedBatch
+from matchbox.test_utils import mb_test
+
+CONFIGS = [Config(features=4, hidden=6), Config(features=4, hidden=6, attend=False, use_gate=False)]
+
+
+def _model(config):
+    model = NExpansions(config).double()
+    with torch.no_grad():  # a scorer that says "double merge" for some examples, not all
+        model.scorer.weight.normal_(0, 2.0)
+        model.scorer.bias.zero_()
+    return model
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["attend+gate", "mean+plain"])
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+@pytest.mark.parametrize("B", [1, 5])
+def test_batched_equals_per_example(config, lengths, B):
+    model = _model(config)
+    pred, n = mb_test(model, (B, (True, 7), (False, 4)), lengths=lengths, dtype=torch.float64)
+    counts = n.data.tolist() if isinstance(n, MaskedBatch) else [n] * B
+    if lengths == "one":
+        assert counts == [0] * B  # one node: already connected, the loop never runs
+    if lengths == "mixed" and B > 1:
+        assert counts[0] == 0 and counts[-1] > 0  # trip counts differ per example
+
+
+def test_trip_count_follows_the_scorer():
+    """Per example the loop runs k-1 steps when every step connects one node,
+    fewer when the scorer asks for double merges."""
+    model = _model(CONFIGS[1])
+    nodes = [torch.randn(1, k, 4, dtype=torch.float64) for k in (1, 2, 5, 9)]
+    batch = MaskedBatch.fromlist(nodes, (True, False))
+    with torch.no_grad():
+        model.scorer.bias.fill_(-100.0)  # p = 0: one node per step
+        assert model(batch)[1].data.tolist() == [0, 1, 4, 8]
+        model.scorer.bias.fill_(100.0)   # p = 1: two nodes per step while two are left
+        assert model(batch)[1].data.tolist() == [0, 1, 2, 4]
+
+
+def test_batch_examples_layout():
+    data = make_data(count=3, features=4, max_nodes=5, seed=1)
+    nodes, target = batch_examples(data)
+    assert nodes.dims == (True, False) and target.dims == (False,)
+    assert all(torch.equal(a, b) for a, b in zip(nodes.examples(), [d[0] for d in data]))
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny ops: on a busy machine thread fan-out costs more than it saves."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_main_trains(one_thread):
+    metrics = main(steps=12, batch_size=8, lr=1e-2)
+    assert all(math.isfinite(v) for v in metrics.values())
+    assert metrics["loss"] < metrics["start_loss"]
+    assert 0 < metrics["mean_expansions"] < 12
