@@ -228,7 +228,9 @@ class MaskedBatch:
                 raise ValueError(
                     f"dimensions {dyn} are dynamic (their size differs between examples), "
                     f"so size() has no single value; use size_as_tensor(d) for per-example "
-                    f"sizes or maxsize(d) for the padded size")
+                    f"sizes or maxsize(d) for the padded size (nn.TransformerEncoder/Decoder "
+                    f"read size() of their input: call their layers in a loop instead, "
+                    f"`for layer in encoder.layers: x = layer(x)`, then encoder.norm if set)")
             return self.data.size()
         d = self._norm_dim(dim)
         if d > 0 and self.dims[d - 1]:

@@ -262,7 +262,10 @@ def align(args, op="op"):
 
 
 def _broadcast_shape(datas):
-    return torch.broadcast_shapes(*[d.shape for d in datas if isinstance(d, torch.Tensor)])
+    shapes = [d.shape for d in datas if isinstance(d, torch.Tensor)]
+    if all(s == shapes[0] for s in shapes):
+        return shapes[0]  # torch.broadcast_shapes is slow pure Python
+    return torch.broadcast_shapes(*shapes)
 
 
 def canon_mask(mask, shape, dims):

@@ -355,8 +355,22 @@ def test_stacks_on_dynamic_lengths_raise():
     raises the size error, never a wrong number.  Loop over .layers instead."""
     enc = nn.TransformerEncoder(layer("encoder", False, "train"), 1, enable_nested_tensor=False)
     x = MaskedBatch.fromlist([torch.randn(1, n, 8, dtype=D) for n in (2, 3)], (True, False))
-    with pytest.raises(ValueError, match="size_as_tensor"):
+    with pytest.raises(ValueError, match="size_as_tensor.*encoder.layers"):
         enc(x)
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_stack_layers_in_a_loop_on_dynamic_lengths(lengths):
+    """The workaround the size error suggests: the stack's layers in a loop."""
+    enc = nn.TransformerEncoder(layer("encoder", False, "eval"), 2, enable_nested_tensor=False,
+                                norm=nn.LayerNorm(8, dtype=D))
+
+    def f(src):
+        for l in enc.layers:
+            src = l(poison(src))
+        return enc.norm(src)
+    mb_test(f, (3, (True, 5), (False, 8)), dtype=D, params=list(enc.parameters()),
+            lengths=lengths)
 
 
 # ------------------------------------------------------------------ key_padding_mask interop
