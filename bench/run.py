@@ -1,0 +1,156 @@
+"""Side-by-side benchmarks: per-example loop vs hand-written batching vs matchbox.
+
+    python -m bench                       # every task, CPU sizes, batch 64
+    python -m bench --tasks bilstm --size paper --device cuda
+    python -m bench --sweep               # + throughput vs batch size (1..256) plot
+
+For each task and batch size the variants (see ``harness.KINDS``) are built
+from the same data and weights, checked to compute the same numbers, then
+timed interleaved in this one process.  Results go to ``--out``
+(default ``bench/results``): ``results.jsonl`` (one line per variant),
+``table.md`` (seconds per batch and the ratios) and, with ``--sweep``,
+``throughput.png``.
+"""
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+
+import torch
+
+from examples.common import progress
+
+from . import harness
+
+TASKS = ["bilstm", "transformer", "decode", "treelstm", "n_expansions"]
+SWEEP_TASKS = ["bilstm", "treelstm"]
+SWEEP_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def machine(device):
+    if str(device).startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {torch.get_num_threads()} torch threads"
+
+
+def run_one(task, batch_size, size, device, repeats, seed=0, kinds=None):
+    """Build, check and time one task at one batch size: a list of records."""
+    mod = importlib.import_module(f"bench.tasks.{task}")
+    variants = mod.build(batch_size=batch_size, device=device, size=size, seed=seed)
+    if kinds:
+        variants = {k: v for k, v in variants.items() if k in kinds}
+    harness.check(variants, mod.TRAINS)
+    seconds = harness.time_interleaved(variants, mod.TRAINS, device, repeats=repeats,
+                                       budget=20.0)
+    return [dict(task=task, size=size, batch_size=batch_size, variant=k, seconds=s,
+                 device=str(device), trains=mod.TRAINS, note=variants[k].note)
+            for k, s in seconds.items()]
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "–"
+
+
+def table(records):
+    """Markdown: seconds per batch per variant, and the two ratios."""
+    kinds = [k for k in harness.KINDS if any(r["variant"] == k for r in records)]
+    rows = {}
+    for r in records:
+        rows.setdefault((r["task"], r["size"], r["batch_size"]), {})[r["variant"]] = r["seconds"]
+    head = ["task", "size", "batch"] + [f"{k} (s)" for k in kinds] + [
+        "matchbox / hand", "whole / hand", "per-example / matchbox"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (task, size, bs), t in rows.items():
+        cells = [task, size, str(bs)] + [f"{t[k]:.4f}" if k in t else "–" for k in kinds]
+        cells += [ratio(t.get("matchbox"), t.get("hand")), ratio(t.get("matchbox_whole"), t.get("hand")),
+                  ratio(t.get("per_example"), t.get("matchbox"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(records, path):
+    """Throughput (examples per second) vs batch size, one panel per task."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
+        return None
+    tasks = sorted({r["task"] for r in records})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for kind in harness.KINDS:
+            pts = sorted((r["batch_size"], r["batch_size"] / r["seconds"]) for r in records
+                         if r["task"] == task and r["variant"] == kind)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=harness.KINDS[kind])
+        ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="examples / second",
+               title=task)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS)
+    p.add_argument("--size", default="small", choices=["small", "paper"],
+                   help="model sizes: small (CPU) or the autobatching paper's")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--kinds", nargs="+", choices=list(harness.KINDS), default=None)
+    p.add_argument("--sweep", action="store_true",
+                   help=f"also time {SWEEP_TASKS} at batch sizes {SWEEP_SIZES} and plot")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: the ops are small, and every variant gets the same)")
+    p.add_argument("--out", default=os.path.join("bench", "results"))
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+
+    jobs = [(t, args.batch_size) for t in args.tasks]
+    if args.sweep:
+        jobs += [(t, b) for t in SWEEP_TASKS if t in args.tasks for b in SWEEP_SIZES
+                 if b != args.batch_size]
+    records, start = [], time.perf_counter()
+    bar = progress(jobs, "bench")
+    for task, bs in bar:
+        bar.note(f"{task} batch {bs}")
+        records += run_one(task, bs, args.size, args.device, args.repeats, kinds=args.kinds)
+
+    where = machine(args.device)
+    with open(os.path.join(args.out, "results.jsonl"), "w") as f:
+        for r in records:
+            f.write(json.dumps(dict(r, machine=where, torch=torch.__version__)) + "\n")
+    main_rows = [r for r in records if r["batch_size"] == args.batch_size]
+    md = (f"Machine: {where}; torch {torch.__version__}; device {args.device}; "
+          f"size {args.size}; seconds per batch (median of {args.repeats}, interleaved); "
+          f"training tasks time forward + backward + SGD step.\n\n" + table(main_rows) + "\n")
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(md)
+    print(md)
+    if args.sweep:
+        path = plot([r for r in records if r["task"] in SWEEP_TASKS],
+                    os.path.join(args.out, "throughput.png"))
+        if path:
+            print(f"plot: {path}")
+    print(f"done in {time.perf_counter() - start:.0f} s; results in {args.out}/")
+    return records
+
+
+if __name__ == "__main__":
+    main()

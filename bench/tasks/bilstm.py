@@ -1,0 +1,111 @@
+"""BiLSTM tagger training step (examples/bilstm_tagger.py), the autobatching
+paper's task: forward + backward + SGD step on a batch of sentences.
+
+Sizes: ``paper`` is the autobatching paper's (2 layers, 256 hidden, 128-dim
+embeddings); ``small`` fits a laptop CPU (1 layer, 64 hidden)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as TF
+
+from bench.data import lengths
+from bench.harness import Variant, fresh
+from examples.bilstm_tagger import Grammar, Tagger
+from matchbox import MaskedBatch
+
+NAME = "bilstm"
+TRAINS = True
+SIZES = {"small": dict(embed=32, hidden=64, layers=1), "paper": dict(embed=128, hidden=256, layers=2)}
+
+
+def _direction(cell, xs, real, reverse):
+    """One LSTMCell direction over padded xs (B, T, d), real (B, T): a
+    finished (or not yet started) sentence keeps its state."""
+    B, T = real.shape
+    h = c = xs.new_zeros(B, cell.hidden_size)
+    out = [None] * T
+    for t in (reversed(range(T)) if reverse else range(T)):
+        h2, c2 = cell(xs[:, t], (h, c))
+        keep = real[:, t, None]
+        h, c = torch.where(keep, h2, h), torch.where(keep, c2, c)
+        out[t] = h
+    return torch.stack(out, 1)
+
+
+def hand_loss(model, words, tags, real):
+    """What an expert writes for the same Tagger: padded words/tags (B, T),
+    real (B, T); the sum of the per-word losses of the real words."""
+    xs = model.embed(words)
+    for fwd, bwd in zip(model.bilstm.fwd, model.bilstm.bwd):
+        xs = torch.cat([_direction(fwd, xs, real, False), _direction(bwd, xs, real, True)], 2)
+    scores = model.mlp(xs)
+    loss = TF.cross_entropy(scores.transpose(1, 2), tags, reduction="none")
+    return loss.masked_fill(~real, 0).sum()
+
+
+class WholeTagger(nn.Module):
+    """The same tagger with one bidirectional ``nn.LSTM`` instead of cell
+    loops, written for one sentence; matchbox runs nn.LSTM packed."""
+
+    def __init__(self, tagger):
+        super().__init__()
+        cells = tagger.bilstm
+        self.embed, self.mlp = tagger.embed, tagger.mlp
+        self.lstm = nn.LSTM(cells.fwd[0].input_size, cells.fwd[0].hidden_size,
+                            num_layers=len(cells.fwd), bidirectional=True, batch_first=True)
+        with torch.no_grad():
+            for layer, (f, b) in enumerate(zip(cells.fwd, cells.bwd)):
+                for cell, suffix in ((f, ""), (b, "_reverse")):
+                    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                        getattr(self.lstm, f"{name}_l{layer}{suffix}").copy_(getattr(cell, name))
+
+    def loss(self, words, tags):
+        out, _ = self.lstm(self.embed(words))
+        return TF.cross_entropy(self.mlp(out).transpose(1, 2), tags, reduction="sum")
+
+    def cell_grads(self):
+        """Gradients under the cell tagger's parameter names."""
+        grads = {n: p.grad for n, p in self.named_parameters() if p.grad is not None
+                 and not n.startswith("lstm.")}
+        for layer in range(self.lstm.num_layers):
+            for direction, suffix in (("fwd", ""), ("bwd", "_reverse")):
+                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                    g = getattr(self.lstm, f"{name}_l{layer}{suffix}").grad
+                    if g is not None:
+                        grads[f"bilstm.{direction}.{layer}.{name}"] = g
+        return grads
+
+
+def build(batch_size=64, device="cpu", size="small", seed=0):
+    torch.manual_seed(seed)
+    grammar = Grammar(vocab=1000, seed=seed)
+    model = Tagger(grammar.vocab, grammar.tags, **SIZES[size]).to(device)
+    ns = lengths(batch_size, mean=24, spread=11, low=2, high=80, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    words = [torch.randint(0, grammar.vocab, (n,), generator=g) for n in ns]
+    examples = [(w[None].to(device), grammar.tag(w)[None].to(device)) for w in words]
+
+    per = fresh(model)
+    def per_example():
+        return sum(per.loss(w, t, reduction="sum") for w, t in examples)
+
+    mb = fresh(model)
+    mb_words = MaskedBatch.fromlist([w for w, _ in examples], dims=(True,))
+    mb_tags = MaskedBatch.fromlist([t for _, t in examples], dims=(True,))
+    def matchbox():
+        return mb.loss(mb_words, mb_tags, reduction="sum")
+
+    hand = fresh(model)
+    pad = lambda xs: nn.utils.rnn.pad_sequence([x[0] for x in xs], batch_first=True)
+    p_words, p_tags = pad([w for w, _ in examples]), pad([t for _, t in examples])
+    real = torch.arange(p_words.size(1), device=device) < torch.tensor(ns, device=device)[:, None]
+    def hand_written():
+        return hand_loss(hand, p_words, p_tags, real)
+
+    whole = WholeTagger(fresh(model)).to(device)
+    def matchbox_whole():
+        return whole.loss(mb_words, mb_tags)
+
+    return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
+            "matchbox": Variant(matchbox, mb),
+            "matchbox_whole": Variant(matchbox_whole, whole, grads=whole.cell_grads,
+                                      note="nn.LSTM(bidirectional) on a MaskedBatch")}

@@ -1,0 +1,50 @@
+"""The benchmark tasks compute the same numbers in every variant (the check
+the runner does before timing), the check catches a variant that does not,
+and the runner writes its table."""
+import json
+
+import pytest
+import torch
+
+from bench import harness, run
+
+TASKS = ["bilstm", "n_expansions"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+@pytest.mark.parametrize("task", TASKS)
+def test_variants_agree(task, batch_size):
+    mod = __import__(f"bench.tasks.{task}", fromlist=["build"])
+    variants = mod.build(batch_size=batch_size, size="small", seed=batch_size)
+    harness.check(variants, mod.TRAINS)
+    for v in variants.values():
+        assert torch.isfinite(harness.step(v, mod.TRAINS)).all()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_check_catches_a_wrong_variant(task):
+    mod = __import__(f"bench.tasks.{task}", fromlist=["build"])
+    variants = mod.build(batch_size=3, size="small")
+    with torch.no_grad():
+        next(variants["hand"].model.parameters()).add_(0.1)
+    with pytest.raises(AssertionError, match="hand"):
+        harness.check(variants, mod.TRAINS)
+
+
+def test_runner_writes_results(tmp_path):
+    records = run.main(["--tasks", "n_expansions", "--batch-size", "2", "--repeats", "1",
+                        "--out", str(tmp_path)])
+    kinds = {r["variant"] for r in records}
+    assert {"per_example", "hand", "matchbox"} <= kinds
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len(lines) == len(records) and json.loads(lines[0])["task"] == "n_expansions"
+    table = (tmp_path / "table.md").read_text()
+    assert "| n_expansions | small | 2 |" in table and "matchbox / hand" in table
