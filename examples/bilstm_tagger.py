@@ -22,7 +22,6 @@ directions of context.
 
 Run:  python -m examples.bilstm_tagger [--steps 100 --batch-size 32 --hidden 64 --layers 1]
 """
-import argparse
 import time
 
 import torch
@@ -31,7 +30,7 @@ import torch.nn as nn
 import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch
-from examples.common import progress
+from examples.common import progress, run_main
 
 
 @matchbox.batch
@@ -201,20 +200,6 @@ def main(steps=100, batch_size=32, embed=32, hidden=64, layers=1, lr=2e-2, seed=
     return m
 
 
-def parser(doc, **defaults):
-    """The command-line options every tagger example shares."""
-    p = argparse.ArgumentParser(description=doc.split("\n")[0])
-    for name, value in defaults.items():
-        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
-    p.add_argument("--device", default=None)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: these small ops lose time to "
-                        "thread hand-offs, badly so on a busy machine)")
-    return p
-
-
 if __name__ == "__main__":
-    args = vars(parser(__doc__, steps=100, batch_size=32, embed=32, hidden=64, layers=1,
-                       lr=2e-2, seed=0).parse_args())
-    torch.set_num_threads(args.pop("threads"))
-    main(**args)
+    run_main(main, __doc__, steps=100, batch_size=32, embed=32, hidden=64, layers=1, lr=2e-2,
+             seed=0, device=None)

@@ -32,7 +32,8 @@ import torch.nn as nn
 import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch
-from examples.bilstm_tagger import BiLSTM, accuracy, batches_of, majority, parser, summary, train
+from examples.bilstm_tagger import BiLSTM, accuracy, batches_of, majority, summary, train
+from examples.common import run_main
 
 BLANK = 0  # letter id of "no letter" (after the end of a shorter word); letters are 1..26
 
@@ -166,7 +167,5 @@ def main(steps=40, batch_size=16, rare=0.3, embed=32, hidden=64, layers=1, lr=4e
 
 
 if __name__ == "__main__":
-    args = vars(parser(__doc__, steps=40, batch_size=16, rare=0.3, embed=32, hidden=64, layers=1,
-                       lr=4e-2, seed=0).parse_args())
-    torch.set_num_threads(args.pop("threads"))
-    main(**args)
+    run_main(main, __doc__, steps=40, batch_size=16, rare=0.3, embed=32, hidden=64, layers=1,
+             lr=4e-2, seed=0, device=None)

@@ -1,10 +1,28 @@
-"""What every example script shares: a progress bar.
+"""What every example script shares: a progress bar and a command line.
 
 No third-party progress library: the bar is a dozen lines and the examples
 stay runnable with nothing but torch installed.
 """
+import argparse
 import sys
 import time
+
+import torch
+
+
+def run_main(main, doc, **defaults):
+    """Call ``main`` with ``--name value`` options for its keyword
+    ``defaults`` (``None`` defaults take strings, e.g. ``--device cuda``),
+    after setting ``--threads`` torch CPU threads (default 1: these small
+    ops lose time to thread hand-offs, badly so on a busy machine)."""
+    p = argparse.ArgumentParser(description=doc.strip().split("\n")[0])
+    for name, value in defaults.items():
+        p.add_argument("--" + name.replace("_", "-"), default=value,
+                       type=str if value is None else type(value))
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    args = vars(p.parse_args())
+    torch.set_num_threads(args.pop("threads"))
+    return main(**args)
 
 
 def progress(iterable, desc="", total=None, every=0.1):

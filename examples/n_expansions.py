@@ -17,7 +17,6 @@ number of steps, and values and gradients equal per-example runs.
 
 Run: ``python -m examples.n_expansions [--steps N] [--batch-size B] [--seed S]``.
 """
-import argparse
 import itertools
 import time
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from torch.utils.data import DataLoader
 
 import matchbox
 import matchbox.functional as F
-from examples.common import progress
+from examples.common import progress, run_main
 from matchbox.data import BucketBatchSampler, collate
 
 
@@ -157,12 +156,4 @@ def main(steps=80, batch_size=32, seed=0, lr=3e-3, config=None):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=80)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: the ops are small)")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    main(steps=args.steps, batch_size=args.batch_size, seed=args.seed)
+    run_main(main, __doc__, steps=80, batch_size=32, seed=0)

@@ -15,7 +15,6 @@ difference).  docs/porting.md walks through the port.
 
 Run:  python -m examples.porting [--steps 40 --batch-size 32 --seed 0]
 """
-import argparse
 import time
 
 import torch
@@ -24,7 +23,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_se
 
 import matchbox.functional as F
 from matchbox import MaskedBatch
-from examples.common import progress
+from examples.common import progress, run_main
 
 
 class TextClassifier(nn.Module):
@@ -129,13 +128,4 @@ def main(steps=40, batch_size=32, lr=0.02, seed=0, every=10):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.02)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: the ops are small)")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    main(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    run_main(main, __doc__, steps=40, batch_size=32, lr=0.02, seed=0)

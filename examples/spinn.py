@@ -25,7 +25,6 @@ embedding, linear, chunk, cat; cross_entropy over the batch.
 
 Run:  python -m examples.spinn [--steps 60] [--batch-size 64] [--seed 0] [--threads 1]
 """
-import argparse
 import random
 import time
 
@@ -34,7 +33,7 @@ import torch.nn as nn
 
 import matchbox
 import matchbox.functional as F
-from examples.common import progress
+from examples.common import progress, run_main
 from matchbox import MaskedBatch
 
 SHIFT, REDUCE = 0, 1
@@ -156,13 +155,4 @@ def main(steps=60, batch_size=64, max_leaves=6, lr=0.01, seed=0, eval_size=256):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-leaves", type=int, default=6)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1,
-                   help="intra-op CPU threads (the ops are small: 1 is fastest, above all on a busy CPU)")
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
-    main(steps=a.steps, batch_size=a.batch_size, max_leaves=a.max_leaves, seed=a.seed)
+    run_main(main, __doc__, steps=60, batch_size=64, max_leaves=6, seed=0)

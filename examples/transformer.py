@@ -25,7 +25,6 @@ matchbox features exercised:
 Run: ``python -m examples.transformer [--steps N] [--batch-size B] [--seed S]
 [--device cuda] [--threads T]`` (about 15-20 s on 2 CPU cores with the defaults).
 """
-import argparse
 import math
 import time
 
@@ -35,7 +34,7 @@ import torch.nn as nn
 import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch
-from examples.common import progress
+from examples.common import progress, run_main
 
 BOS, EOS = 0, 1   # special tokens; ordinary symbols are 2 .. vocab - 1
 FIRST = 2
@@ -237,14 +236,4 @@ def main(steps=150, batch_size=64, d_model=64, heads=4, layers=2, vocab=12, min_
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: these small ops lose time to thread "
-                        "hand-offs, badly so on a busy machine)")
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
-    main(steps=a.steps, batch_size=a.batch_size, seed=a.seed, device=a.device)
+    run_main(main, __doc__, steps=150, batch_size=64, seed=0, device=None)

@@ -28,7 +28,6 @@ index (``x[:, i]``), embedding, linear, chunk, cross_entropy with
 
 Run:  python -m examples.tree_lstm [--steps 30] [--batch-size 32] [--seed 0] [--threads 1]
 """
-import argparse
 import random
 import time
 
@@ -37,7 +36,7 @@ import torch.nn as nn
 
 import matchbox
 import matchbox.functional as F
-from examples.common import progress
+from examples.common import progress, run_main
 from matchbox import MaskedBatch
 
 VOCAB, CLASSES = 20, 3
@@ -177,13 +176,4 @@ def main(steps=30, batch_size=32, max_leaves=7, lr=0.02, seed=0, eval_size=256):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-leaves", type=int, default=7)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1,
-                   help="intra-op CPU threads (the ops are small: 1 is fastest, above all on a busy CPU)")
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
-    main(steps=a.steps, batch_size=a.batch_size, max_leaves=a.max_leaves, seed=a.seed)
+    run_main(main, __doc__, steps=30, batch_size=32, max_leaves=7, seed=0)

@@ -11,14 +11,6 @@ from bench import harness, run
 TASKS = ["bilstm", "n_expansions"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.mark.parametrize("batch_size", [1, 3])
 @pytest.mark.parametrize("task", TASKS)
 def test_variants_agree(task, batch_size):

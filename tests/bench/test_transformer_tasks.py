@@ -12,15 +12,6 @@ from examples.transformer import EOS
 SHORT = 10  # source (and decode) length cap: quick tests
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops: one intra-op thread is fastest, above all on a busy CPU."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.mark.parametrize("B", [1, 3])
 def test_transformer_variants_agree_and_train(B):
     variants = transformer.build(batch_size=B, seed=B, max_len=SHORT, compiled=False)

@@ -10,15 +10,6 @@ from bench.tasks import treelstm
 from examples.tree_lstm import TreeLSTM
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops: one intra-op thread is fastest, above all on a busy CPU."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def test_heights_of_a_known_tree():
     # node 0 = (leaf 1, node 2 = (leaf 3, leaf 4)), preorder
     assert treelstm.heights([1, -1, 3, -1, -1], [2, -1, 4, -1, -1]) == [2, 0, 1, 0, 0]

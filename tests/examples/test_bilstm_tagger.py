@@ -11,15 +11,6 @@ from matchbox import MaskedBatch
 from matchbox.test_utils import mb_test
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny ops: one thread is faster, and much faster on a busy machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def lengths_for(mode, B, longest=6):
     """Sentence lengths for a length mode: "mixed" has 1 and ``longest``."""
     if mode == "one":

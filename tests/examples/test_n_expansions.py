@@ -55,16 +55,7 @@ def test_batch_examples_layout():
     assert all(torch.equal(a, b) for a, b in zip(nodes.examples(), [d[0] for d in data]))
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny ops: on a busy machine thread fan-out costs more than it saves."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-def test_main_trains(one_thread):
+def test_main_trains():
     metrics = main(steps=12, batch_size=8, lr=1e-2)
     assert all(math.isfinite(v) for v in metrics.values())
     assert metrics["loss"] < metrics["start_loss"]

@@ -10,15 +10,6 @@ from examples import transformer as ex
 from matchbox.test_utils import mb_test
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny ops: one thread is faster, and much faster on a busy machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def pairs_for(mode, B, longest=5, seed=0):
     """(source, target) pairs whose source lengths follow a length mode
     ("mixed" has 1 and ``longest``); targets are one token longer."""

@@ -4,7 +4,6 @@ import math
 import random
 
 import pytest
-import torch
 
 from examples import tree_lstm
 from matchbox.test_utils import mb_test
