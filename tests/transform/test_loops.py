@@ -227,3 +227,39 @@ def _last_item(x):
 def test_loop_target_after_the_loop_is_each_examples_last_item(lengths):
     mb_test(_last_item, (5, (True, 4), (False, 2)), lengths=lengths, dtype=torch.float64)
     mb_test(_last_item, (1, (False, 3), (False, 2)), dtype=torch.float64)
+
+
+@batch
+def _mirror(x):
+    """Pairs each step with its mirror image: x[t] with x[n - 1 - t]."""
+    out = []
+    for a, b in zip(x.unbind(1), reversed(x.unbind(1))):
+        out.append(a * b.sin())
+    return matchbox.functional.stack(out, 1)
+
+
+@batch
+def _zip_reversed(x, y):
+    """zip of two reversed sequences of different lengths pairs each one's
+    own last steps, then the steps before them."""
+    h = x.batch_zeros(x.maxsize(2))
+    for a, b in zip(reversed(x.unbind(1)), reversed(y.unbind(1))):
+        h = torch.tanh(h + a * b)
+    return h
+
+
+@batch
+def _reverse_then_last(x):
+    out = []
+    for i, a in enumerate(reversed(x.unbind(1))):
+        out.append(a * (i + 1))
+    return matchbox.functional.stack(out[::-1], 1) + a.unsqueeze(1)
+
+
+@pytest.mark.parametrize("lengths", ["random", "mixed", "one", "equal"])
+def test_reversed_steps_are_each_examples_own(lengths):
+    mb_test(_mirror, (5, (True, 6), (False, 2)), lengths=lengths, dtype=torch.float64)
+    mb_test(_zip_reversed, (5, (True, 6), (False, 2)), (5, (True, 4), (False, 2)),
+            lengths=lengths, dtype=torch.float64)
+    mb_test(_reverse_then_last, (5, (True, 6), (False, 2)), lengths=lengths,
+            dtype=torch.float64)
