@@ -377,6 +377,15 @@ class MaskedBatch:
     def examples(self):
         """The per-example Tensors, each with its leading 1, cut to size."""
         dyn = [i + 1 for i, d in enumerate(self.dims) if d]
+        if self._mask is not None and not dyn:
+            missing = ~self._mask.reshape(self._mask.size(0), -1).any(1)
+            if bool(missing.any()):
+                raise ValueError(
+                    f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
+                    f"value: it was computed in a step those examples do not have (e.g. a "
+                    f"loop over x.unbind(d) or x.unbind(d)[i] outside @matchbox.batch). Put "
+                    f"the per-example loop under @matchbox.batch, or index per example: "
+                    f"x[:, i] (negative i counts from each example's own end)")
         if self._mask is None or not dyn:
             return list(self.data.split(1, 0))
         lengths = torch.stack([self._lengths(d) for d in dyn], 1).tolist()
