@@ -19,7 +19,8 @@ import torch
 
 from .core import MaskedBatch
 
-__all__ = ["mb_rand", "mb_test", "mb_assert", "mb_assert_allclose", "LENGTH_MODES"]
+__all__ = ["mb_rand", "mb_test", "mb_assert", "mb_assert_allclose", "LENGTH_MODES",
+           "draw_lengths"]
 
 LENGTH_MODES = ("random", "mixed", "one", "equal")
 
@@ -30,7 +31,10 @@ def _is_batch_spec(spec):
             and all(isinstance(d, (tuple, list)) and len(d) == 2 for d in spec[1:]))
 
 
-def _draw_lengths(B, size, mode, generator=None):
+def draw_lengths(B, size, mode, generator=None):
+    """B per-example sizes in 1..size for a length ``mode`` (LENGTH_MODES):
+    random, "mixed" (first 1, last ``size``), "one" or "equal" (all ``size``).
+    mb_test draws dynamic sizes with it; example generators can too."""
     if mode == "one":
         return [1] * B
     if mode == "equal":
@@ -56,7 +60,7 @@ def _rand_examples(spec, lengths="random", dtype=None, device=None, table=None, 
     for dyn, size in dims:
         if dyn:
             if size not in table:
-                table[size] = _draw_lengths(B, size, lengths, generator)
+                table[size] = draw_lengths(B, size, lengths, generator)
             sizes.append(table[size])
         else:
             sizes.append([size] * B)

@@ -95,9 +95,8 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
         return mb.loss(mb_words, mb_tags, reduction="sum")
 
     hand = fresh(model)
-    pad = lambda xs: nn.utils.rnn.pad_sequence([x[0] for x in xs], batch_first=True)
-    p_words, p_tags = pad([w for w, _ in examples]), pad([t for _, t in examples])
-    real = torch.arange(p_words.size(1), device=device) < torch.tensor(ns, device=device)[:, None]
+    p_words, p_tags = mb_words.to_padded(), mb_tags.to_padded()
+    real = mb_words.mask
     def hand_written():
         return hand_loss(hand, p_words, p_tags, real)
 

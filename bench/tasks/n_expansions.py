@@ -65,13 +65,10 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
         return TF.mse_loss(mb(mb_nodes)[0], mb_target, reduction="sum")
 
     hand = fresh(model)
-    padded, k = _pad(nodes), torch.tensor(ks, device=device)
+    padded, k = mb_nodes.to_padded(), torch.tensor(ks, device=device)
     def hand_written():
         return TF.mse_loss(hand_forward(hand, padded, k), mb_target, reduction="sum")
 
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
             "matchbox": Variant(matchbox, mb)}
 
-
-def _pad(nodes):
-    return torch.nn.utils.rnn.pad_sequence([n[0] for n in nodes], batch_first=True)

@@ -13,7 +13,7 @@ import torch
 
 from .._lanes import active_lanes
 from ._registry import new, norm_dim, real_mask, register_distinct
-from .reduction import _fill_value
+from .reduction import _Reduction, _fill_value
 
 T = torch.Tensor
 
@@ -35,18 +35,6 @@ def _sorted(x, dim, descending, op):
         data = torch.where(m, data, _last_fill(data.dtype, descending))
     values, indices = torch.sort(data, dim=d, descending=descending, stable=True)
     return values, indices, d
-
-
-def _drop_dim(x, d, keepdim):
-    """Mask and dims of a result that has reduced dim ``d`` of ``x``."""
-    mask = x._mask
-    if mask is not None:
-        mask = mask.any(dim=d, keepdim=keepdim)
-    if keepdim:
-        dims = tuple(False if i + 1 == d else f for i, f in enumerate(x.dims))
-    else:
-        dims = tuple(f for i, f in enumerate(x.dims) if i + 1 != d)
-    return mask, dims
 
 
 def _active_lengths(x, d):
@@ -95,10 +83,8 @@ def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):
     d = norm_dim(input, dim, "topk")
     _check_k(input, d, k, "topk")
     values, indices, d = _sorted(input, d, largest, "topk")
-    mask, _ = _drop_dim(input, d, keepdim=True)
-    dims = tuple(False if i + 1 == d else f for i, f in enumerate(input.dims))
-    return torch.return_types.topk((new(values.narrow(d, 0, k), mask, dims),
-                                    new(indices.narrow(d, 0, k), mask, dims)))
+    wrap = _Reduction(input, d, True, "topk").wrap  # dim d: static, size k
+    return torch.return_types.topk((wrap(values.narrow(d, 0, k)), wrap(indices.narrow(d, 0, k))))
 
 
 def _pick(input, d, position, keepdim, result_type):
@@ -111,8 +97,8 @@ def _pick(input, d, position, keepdim, result_type):
     v, i = values.gather(d, index), indices.gather(d, index)
     if not keepdim:
         v, i = v.squeeze(d), i.squeeze(d)
-    mask, dims = _drop_dim(input, d, keepdim)
-    return result_type((new(v, mask, dims), new(i, mask, dims)))
+    wrap = _Reduction(input, d, keepdim, result_type.__name__).wrap
+    return result_type((wrap(v), wrap(i)))
 
 
 @register_distinct(torch.kthvalue, T.kthvalue)

@@ -8,20 +8,14 @@ import pytest
 import torch
 
 from examples import spinn
-from matchbox.test_utils import mb_test
+from matchbox.test_utils import draw_lengths, mb_test
 
 
 def expressions(B, mode, seed, max_leaves=5):
     """B random expressions; "one": single digits, "equal": the same number of
     digits (different trees), "mixed": first one digit, last the most."""
     rng = random.Random(seed)
-    sizes = [rng.randint(1, max_leaves) for _ in range(B)]
-    if mode == "one":
-        sizes = [1] * B
-    elif mode == "equal":
-        sizes = [max_leaves] * B
-    elif B > 1:
-        sizes[0], sizes[-1] = 1, max_leaves
+    sizes = draw_lengths(B, max_leaves, mode, torch.Generator().manual_seed(seed))
     return [spinn.random_expression(rng, n) for n in sizes]
 
 

@@ -4,22 +4,17 @@ import math
 import random
 
 import pytest
+import torch
 
 from examples import tree_lstm
-from matchbox.test_utils import mb_test
+from matchbox.test_utils import draw_lengths, mb_test
 
 
 def trees(B, mode, seed, max_leaves=5):
     """B random trees; "one": single leaves, "equal": the same number of
     leaves (different shapes), "mixed": first a leaf, last the largest."""
     rng = random.Random(seed)
-    sizes = [rng.randint(1, max_leaves) for _ in range(B)]
-    if mode == "one":
-        sizes = [1] * B
-    elif mode == "equal":
-        sizes = [max_leaves] * B
-    elif B > 1:
-        sizes[0], sizes[-1] = 1, max_leaves
+    sizes = draw_lengths(B, max_leaves, mode, torch.Generator().manual_seed(seed))
     return [tree_lstm.random_tree(rng, n) for n in sizes]
 
 
