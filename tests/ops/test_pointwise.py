@@ -154,9 +154,10 @@ def test_tril_triu_in_each_examples_own_coordinates(op, diagonal, lengths):
             lengths=lengths, dtype=torch.float64)
 
 
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
 @pytest.mark.parametrize("op", [torch.clone, lambda x: x.clone(), torch.detach])
-def test_clone_and_detach(op):
-    mb_test(lambda x: op(x) * 2, (3, (True, 4)), lengths="mixed", dtype=torch.float64,
+def test_clone_and_detach(op, lengths):
+    mb_test(lambda x: op(x) * 2, (3, (True, 4)), lengths=lengths, dtype=torch.float64,
             grad=op is not torch.detach)
 
 
@@ -167,10 +168,11 @@ def test_dtype_queries():
     assert x.get_device() == -1
 
 
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
 @pytest.mark.parametrize("fn", [torch.zeros_like, torch.ones_like,
                                 lambda x: torch.full_like(x, 3.0)])
-def test_like_factories_keep_mask_and_dims(fn):
-    mb_test(lambda x: fn(x) + x, (3, (True, 4), (False, 2)), lengths="mixed",
+def test_like_factories_keep_mask_and_dims(fn, lengths):
+    mb_test(lambda x: fn(x) + x, (3, (True, 4), (False, 2)), lengths=lengths,
             dtype=torch.float64)
     from matchbox.test_utils import mb_rand
     x = mb_rand(3, (True, 4))
