@@ -66,9 +66,12 @@ class MaskedBatch:
     """A batch of ``B`` examples with the same number of dimensions and
     per-example sizes along the dynamic ones.  See SPEC section 2."""
 
+    # _zero: True when every entry outside _mask is known to be exactly 0
+    # (set by rules that zero their padding, kept by ops that map 0 to 0), so
+    # rules that need zero padding skip re-masking; False means "unknown".
     # _listed: set by @batch's list append on the items it stores, as
     # (lanes that hold the item, per-lane list length up to the item or None)
-    __slots__ = ("data", "_mask", "dims", "_listed", "__weakref__")
+    __slots__ = ("data", "_mask", "dims", "_zero", "_listed", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None):
         if not isinstance(data, torch.Tensor):
@@ -109,13 +112,14 @@ class MaskedBatch:
                         raise ValueError(
                             f"mask along dynamic dimension {i + 1} is not a prefix: each "
                             f"example's real data must start at index 0 with no gaps")
-        self.data, self._mask, self.dims = data, mask, dims
+        self.data, self._mask, self.dims, self._zero = data, mask, dims, False
 
     @classmethod
-    def _new(cls, data, mask, dims):
-        """Unchecked constructor used by op rules on their hot paths."""
+    def _new(cls, data, mask, dims, zero=False):
+        """Unchecked constructor used by op rules on their hot paths; ``zero``
+        promises that ``data`` is 0 wherever ``mask`` is False."""
         self = object.__new__(cls)
-        self.data, self._mask, self.dims = data, mask, dims
+        self.data, self._mask, self.dims, self._zero = data, mask, dims, zero
         return self
 
     # ------------------------------------------------------------ dispatch
@@ -281,7 +285,7 @@ class MaskedBatch:
         mask = self._mask
         if mask is not None and mask.device != data.device:
             mask = mask.to(data.device)
-        return MaskedBatch._new(data, mask, self.dims)
+        return MaskedBatch._new(data, mask, self.dims, self._zero)
 
     def to(self, *args, **kwargs):
         return self._with_data(self.data.to(*args, **kwargs))
@@ -293,7 +297,7 @@ class MaskedBatch:
         return self._with_data(self.data.cpu())
 
     def detach(self):
-        return MaskedBatch._new(self.data.detach(), self._mask, self.dims)
+        return MaskedBatch._new(self.data.detach(), self._mask, self.dims, self._zero)
 
     def type_as(self, other):
         other = other.data if isinstance(other, MaskedBatch) else other
@@ -321,7 +325,7 @@ class MaskedBatch:
         return self._with_data(self.data.bool())
 
     def contiguous(self, *args, **kwargs):
-        return MaskedBatch._new(self.data.contiguous(*args, **kwargs), self._mask, self.dims)
+        return MaskedBatch._new(self.data.contiguous(*args, **kwargs), self._mask, self.dims, self._zero)
 
     def pin_memory(self):
         return self._with_data(self.data.pin_memory())
@@ -372,7 +376,7 @@ class MaskedBatch:
         shape = data.shape
         lengths = {i + 1: sizes[:, i].to(data.device) for i, dyn in enumerate(dims)
                    if dyn and bool((sizes[:, i] != maxes[i]).any())}
-        return cls._new(data, mask_from_lengths(lengths, shape, dims), dims)
+        return cls._new(data, mask_from_lengths(lengths, shape, dims), dims, zero=True)
 
     def examples(self):
         """The per-example Tensors, each with its leading 1, cut to size."""

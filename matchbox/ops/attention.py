@@ -30,7 +30,7 @@ they require ``has_torch_function`` to be False.
 import torch
 import torch.nn.functional as F
 
-from ._registry import canon_mask, is_mb, neutralize, new, real_mask, register
+from ._registry import canon_mask, is_mb, keep, neutralize, new, real_mask, register
 
 __all__ = ["SeqFirst", "scaled_dot_product_attention", "multi_head_attention_forward"]
 
@@ -167,7 +167,7 @@ def _masked_rows(out, q_real):
     if q_real is None:
         return out
     view = (q_real.size(0),) + (1,) * (out.dim() - 3) + (q_real.size(1), 1)
-    return torch.where(q_real.view(view), out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return keep(q_real.view(view), out, 0)
 
 
 # ------------------------------------------------------------------ sdpa
@@ -240,7 +240,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     out = F.scaled_dot_product_attention(
         neutralize(q, 0), neutralize(k, 0), neutralize(v, 0), attn_mask=mask,
         dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa)
-    return new(_masked_rows(out, q_real), q._mask, q.dims)
+    return new(_masked_rows(out, q_real), q._mask, q.dims, zero=True)
 
 
 # ------------------------------------------------------------------ mha

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn import _reduction as _Reduction
 
 from .._lanes import active_lanes
-from ._registry import align, canon_mask, is_mb, new, register
+from ._registry import align, canon_mask, is_mb, keep, new, register
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"]
@@ -148,7 +148,7 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
         if reduction == "none":
             return new(loss, canon_mask(pos, loss.shape, out_dims), out_dims)
         if real is not None:
-            loss = torch.where(real, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+            loss = keep(real, loss, 0)
         total = loss.sum()
         if reduction == "sum":
             return total
@@ -168,7 +168,8 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
     real = _with_lanes(pos, t.data.dim())
     xd, td = x.data, t.data
     if real is not None:
-        xd = torch.where(real.unsqueeze(1), xd, zero)
+        if not (x.mb is not None and x.mb._zero and active_lanes() is None):
+            xd = keep(real.unsqueeze(1), xd, 0)  # (else its padding is 0 already)
         td = torch.where(real, td, torch.full((), ignore_index, dtype=td.dtype, device=td.device))
     out = fn(xd, td, weight, ignore_index=ignore_index, reduction=reduction, **extra)
     if reduction != "none":
@@ -231,7 +232,7 @@ def _elementwise(opname, fn, operands, reduction, safe=(0.0, 0.0), weighted_mean
     if reduction == "none":
         return new(loss, mask, dims)
     if real is not None:
-        loss = torch.where(real, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+        loss = keep(real, loss, 0)
     total = loss.sum()
     if reduction == "sum":
         return total

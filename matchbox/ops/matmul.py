@@ -12,7 +12,7 @@ the outer product of the kept dims' masks; dims: the kept dims.
 import torch
 
 from .. import _lanes
-from ._registry import check_same_lengths, is_mb, neutralize, new, register
+from ._registry import check_same_lengths, is_mb, keep, neutralize, new, register
 
 T = torch.Tensor
 
@@ -107,7 +107,7 @@ def _matmul(a, b, op="matmul"):
         lanes = lanes.view((-1,) + (1,) * q)
         real = lanes if mask is None else mask & lanes
     if real is not None:  # padding gets exactly zero gradient downstream of here
-        out = torch.where(real, out, 0)
+        out = keep(real, out, 0)
 
     # drop the promoted 1-D dims, then each example's leading 1
     drops = [i for i, p in ((q - 2, pa == 1), (q - 1, pb == 1)) if p]
@@ -126,7 +126,7 @@ def _matmul(a, b, op="matmul"):
         del flags[0]
     if mask is not None:
         mask = mask.expand([out.size(0)] + [s if f else 1 for s, f in zip(out.shape[1:], flags)])
-    return new(out, mask, tuple(flags))
+    return new(out, mask, tuple(flags), zero=True)
 
 
 def _ndim_check(op, want):

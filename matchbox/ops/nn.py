@@ -14,7 +14,8 @@ dropped): padding contributes exactly zero to parameter gradients.
 import torch
 import torch.nn.functional as F
 
-from ._registry import is_mb, neutralize, new, real_mask, register
+from . import _registry
+from ._registry import is_mb, keep, neutralize, new, on_real_rows, real_mask, register
 
 __all__ = ["linear", "embedding", "dropout", "layer_norm", "rms_norm", "glu", "prelu"]
 
@@ -23,7 +24,18 @@ def _mask_out(out, m):
     """``out`` with entries under a False of ``m`` (broadcast) set to 0."""
     if m is None:
         return out
-    return torch.where(m, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return keep(m, out, 0)
+
+
+def _per_row(input, m, fn, k=1):
+    """``fn`` over the rows (last ``k`` dims) of ``input.data``; non-real rows
+    of the result are 0 and pass no gradient.  On CPU only the real rows are
+    computed (see ``gathers_rows``); elsewhere all rows are, with masking."""
+    if _registry.gathers_rows(input.data):
+        return on_real_rows(m, input.data, fn, k)
+    out = fn(neutralize(input, 0))
+    lead = m.dim() - k
+    return _mask_out(out, m.reshape(m.shape[:lead] + (1,) * (out.dim() - lead)))
 
 
 def _need_mb(x, opname, argname="input"):
@@ -52,9 +64,8 @@ def linear(input, weight, bias=None):
     m = real_mask(input)
     if m is None:
         return new(F.linear(input.data, weight, bias), input._mask, input.dims)
-    data = torch.where(m, input.data, torch.zeros((), dtype=input.data.dtype, device=input.data.device))
-    out = _mask_out(F.linear(data, weight, bias), m)
-    return new(out, input._mask, input.dims)
+    out = _per_row(input, m, lambda rows: F.linear(rows, weight, bias))
+    return new(out, input._mask, input.dims, zero=True)
 
 
 # ------------------------------------------------------------------ embedding
@@ -90,20 +101,21 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         with torch.no_grad():
             real_idx = idx if m is None else idx[m.expand_as(idx)]
             torch.embedding_renorm_(weight, real_idx.reshape(-1).contiguous(), max_norm, norm_type)
-    out = F.embedding(idx, weight, padding_idx, None, norm_type, False, sparse)
-    if m is not None:
-        out = _mask_out(out, m.unsqueeze(-1))
+
+    def lookup(i):
+        return F.embedding(i, weight, padding_idx, None, norm_type, False, sparse)
+    out = lookup(idx) if m is None else _per_row(input, m, lookup, k=0)
     mask = input._mask
     if mask is not None:
         mask = mask.unsqueeze(-1)
-    return new(out, mask, tuple(input.dims) + (False,))
+    return new(out, mask, tuple(input.dims) + (False,), zero=m is not None)
 
 
 # ------------------------------------------------------------------ dropout
 def _data_only(f):
     def rule(input, *args, **kwargs):
-        _need_mb(input, f.__name__)
-        return new(f(input.data, *args, **kwargs), input._mask, input.dims)
+        _need_mb(input, f.__name__)  # each entry is scaled or zeroed: 0 stays 0
+        return new(f(input.data, *args, **kwargs), input._mask, input.dims, input._zero)
     rule.__name__ = f.__name__
     rule.__doc__ = (f"``F.{f.__name__}`` on the data (each entry independently, as for "
                     f"one example); mask and dims kept; ``training`` honoured.")
@@ -149,9 +161,9 @@ def _norm_rule(f, opname):
         m = real_mask(input)
         if m is None:
             return new(f(input.data, normalized_shape, *args, **kwargs), input._mask, input.dims)
-        data = torch.where(m, input.data, torch.zeros((), dtype=input.data.dtype, device=input.data.device))
-        out = _mask_out(f(data, normalized_shape, *args, **kwargs), m)
-        return new(out, input._mask, input.dims)
+        k = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
+        out = _per_row(input, m, lambda rows: f(rows, normalized_shape, *args, **kwargs), k)
+        return new(out, input._mask, input.dims, zero=True)
     rule.__name__ = opname
     rule.__doc__ = (f"``F.{opname}`` over trailing static dimensions; padding is neutralized so "
                     f"it adds nothing to weight/bias gradients.")
@@ -201,8 +213,8 @@ def prelu(input, weight):
     m = real_mask(input)
     if m is None:
         return new(F.prelu(input.data, weight), input._mask, input.dims)
-    data = torch.where(m, input.data, torch.zeros((), dtype=input.data.dtype, device=input.data.device))
-    return new(_mask_out(F.prelu(data, weight), m), input._mask, input.dims)
+    out = _mask_out(F.prelu(neutralize(input, 0), weight), m)
+    return new(out, input._mask, input.dims, zero=True)
 
 
 @register(F.one_hot)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .._lanes import active_lanes
-from ._registry import is_mb, new, real_mask, register
+from ._registry import is_mb, keep, new, real_mask, register
 
 __all__ = ["batch_norm", "instance_norm", "group_norm"]
 
@@ -108,7 +108,7 @@ def _normalized(x, m, groups, eps, weight, bias, op):
     if bias is not None:
         y = y + bias.view(shape)
     if m is not None:
-        y = torch.where(m, y, torch.zeros((), dtype=y.dtype, device=y.device))
+        y = keep(m, y, 0)
     return y, mean, var, count
 
 

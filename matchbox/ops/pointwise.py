@@ -6,7 +6,14 @@ the disjunction of their dims (operands broadcast per example, see
 could produce a non-finite derivative (``log(0)``, a division by a padding
 zero): there the operand is first set to a safe value with ``where``, so
 the padding's gradient stays exactly zero.
+
+Known-zero padding (``MaskedBatch._zero``, which lets later rules skip
+re-masking) is kept by the functions that map 0 to 0 (``ZERO_AT_ZERO``) and
+by ``+ - *`` of operands with zero padding under one mask, or scaled by a
+finite number.
 """
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -20,29 +27,51 @@ def _torch_fns(name):
     return [f for f in (getattr(torch, name, None), getattr(T, name, None)) if f is not None]
 
 
-def _unary(f, safe=None):
+def _unary(f, safe=None, keeps_zero=False):
     """A rule for ``f(x, *params)``: data = f(data), mask and dims kept.
     ``safe`` is the value non-real entries get first, for functions whose
-    derivative is not finite everywhere."""
+    derivative is not finite everywhere; ``keeps_zero``: f(0) = 0 whatever
+    the params."""
     def rule(x, *args, **kwargs):
         if not is_mb(x) or any(is_mb(a) for a in args):
             return _nary(f)(x, *args, **kwargs)
         data = x.data if safe is None else neutralize(x, safe)
-        return new(f(data, *args, **kwargs), x._mask, x.dims)
+        return new(f(data, *args, **kwargs), x._mask, x.dims, keeps_zero and x._zero)
     rule.__name__ = getattr(f, "__name__", "unary")
     return rule
 
 
-def _nary(f):
-    """A rule for a broadcasting op over several operands."""
+def _zero_sum(args):
+    """``x + y`` / ``x - y``: padding stays 0 when every operand is a
+    MaskedBatch with zero padding under the same mask."""
+    return all(is_mb(a) and a._zero and a._mask is args[0]._mask for a in args)
+
+
+def _zero_product(args):
+    """``x * y``: padding stays 0 when the MaskedBatch operands have zero
+    padding under one mask and the others are finite numbers."""
+    mbs = [a for a in args if is_mb(a)]
+    return _zero_sum(mbs) and all(
+        is_mb(a) or (isinstance(a, (int, float)) and math.isfinite(a)) for a in args)
+
+
+def _zero_quotient(args):
+    """``x / c``: padding stays 0 for a finite non-zero number c."""
+    return (len(args) == 2 and _zero_sum(args[:1]) and isinstance(args[1], (int, float))
+            and math.isfinite(args[1]) and args[1] != 0)
+
+
+def _nary(f, zero=None):
+    """A rule for a broadcasting op over several operands; ``zero(args)``
+    says whether zero padding survives."""
     def rule(*args, **kwargs):
         datas, mask, dims = align(args, getattr(f, "__name__", "op"))
-        return new(f(*datas, **kwargs), mask, dims)
+        return new(f(*datas, **kwargs), mask, dims, zero is not None and zero(args))
     rule.__name__ = getattr(f, "__name__", "nary")
     return rule
 
 
-def _safe_nary(f, safe_args):
+def _safe_nary(f, safe_args, zero=None):
     """Like ``_nary`` but sets the listed operands to safe values at their
     non-real entries first."""
     plain = _nary(f)
@@ -53,7 +82,10 @@ def _safe_nary(f, safe_args):
             if i in safe_args and is_mb(a):
                 a = new(neutralize(a, safe_args[i]), a._mask, a.dims)
             fixed.append(a)
-        return plain(*fixed, **kwargs)
+        out = plain(*fixed, **kwargs)
+        if zero is not None and zero(args):
+            out._zero = True
+        return out
     rule.__name__ = plain.__name__
     return rule
 
@@ -83,10 +115,17 @@ UNARY_SAFE = {
     "digamma": 1.0, "erfinv": 0.0, "logit": 0.5, "mvlgamma": 3.0, "polygamma": 1.0,
 }
 
+# f(0) = 0 for every value of the function's parameters: zero padding survives
+ZERO_AT_ZERO = set("""abs absolute neg negative positive tanh sin tan sinh asinh atan arctan
+floor ceil round trunc fix frac sign sgn erf square expm1 deg2rad rad2deg clone detach
+nan_to_num relu relu6 elu selu celu gelu silu mish leaky_relu softsign tanhshrink softshrink
+hardshrink hardswish rrelu""".split())
+
 for _name in UNARY:
     _fns = _torch_fns(_name)
     if _fns:
-        _register_all(_fns, _unary(getattr(torch, _name, None) or getattr(T, _name)))
+        _register_all(_fns, _unary(getattr(torch, _name, None) or getattr(T, _name),
+                                   keeps_zero=_name in ZERO_AT_ZERO))
 _register_all([T.__invert__], _unary(torch.bitwise_not))
 for _name, _safe in UNARY_SAFE.items():
     _fns = _torch_fns(_name)
@@ -114,13 +153,18 @@ rrelu""".split()
 for _name in ACTIVATIONS:
     _fn = getattr(F, _name)
     _fns = [_fn] + [f for f in _torch_fns(_name) if _name not in UNARY]
-    _register_all(_fns, _unary(_fn))
+    _register_all(_fns, _unary(_fn, keeps_zero=_name in ZERO_AT_ZERO))
 
 
 # ------------------------------------------------------------------ binary
+_ZERO_RULES = {"add": _zero_sum, "sub": _zero_sum, "subtract": _zero_sum, "mul": _zero_product,
+               "multiply": _zero_product, "div": _zero_quotient, "divide": _zero_quotient,
+               "true_divide": _zero_quotient}
+
+
 def _binary(name, safe_args=None):
-    f = getattr(torch, name)
-    return _safe_nary(f, safe_args) if safe_args else _nary(f)
+    f, zero = getattr(torch, name), _ZERO_RULES.get(name)
+    return _safe_nary(f, safe_args, zero) if safe_args else _nary(f, zero)
 
 
 BINARY = """add sub subtract mul multiply eq ne not_equal lt less le less_equal gt greater ge

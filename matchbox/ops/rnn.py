@@ -7,9 +7,11 @@ the same objects as ``torch.rnn_tanh_cell`` ...).  Each example is
 or plain Tensors with leading size 1 (shared by every example) or ``B`` (e.g.
 the zero state the cell modules build themselves from ``input.size(0)``).
 The result mask is the conjunction of the operands' (lane) masks.  Non-real
-lanes (a False mask, or dormant SIMT lanes) are fed zeros and their outputs
-zeroed with ``where``, so they never leak NaN and add nothing to the weight
-gradients.
+lanes (a False mask, or dormant SIMT lanes) never reach the cell: on CPU only
+the real rows are gathered, run and scattered back (the others get zeros);
+on GPU (where finding the rows would wait for the device) every row runs,
+non-real ones fed zeros and their outputs zeroed with ``where``.  Either
+way they never leak NaN and add nothing to the weight gradients.
 
 Whole sequences: ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` end in
 ``torch._VF.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu`` (the same objects
@@ -21,7 +23,8 @@ call (see :func:`lstm`).
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ._registry import is_mb, new, real_mask, register
+from . import _registry
+from ._registry import is_mb, keep, new, real_mask, register
 
 __all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell",
            "lstm", "gru", "rnn_tanh", "rnn_relu"]
@@ -29,7 +32,7 @@ __all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell",
 
 def _operands(opname, tensors):
     """Line up input and hidden states: returns their datas (B, F), the
-    result mask (or None), and the mask of lanes to neutralize (or None)."""
+    result mask (or None), and the (B, 1) mask of real lanes (or None)."""
     batches = [t for t in tensors if is_mb(t)]
     B = batches[0].data.size(0)
     datas, mask, real = [], None, None
@@ -66,16 +69,23 @@ def _operands(opname, tensors):
         lanes = active_lanes()
         if lanes is not None:
             real = lanes.view(-1, 1)
-    if real is not None:
-        zero = torch.zeros((), dtype=datas[0].dtype, device=datas[0].device)
-        datas = [torch.where(real, d, zero) for d in datas]
     return datas, mask, real
 
 
-def _finish(out, mask, real):
-    if real is not None:
-        out = torch.where(real, out, torch.zeros((), dtype=out.dtype, device=out.device))
-    return new(out, mask, (False,))
+def _run(cell, datas, mask, real):
+    """``cell(*datas)`` (a tuple of (B, H) results) on the real lanes only;
+    MaskedBatch results with ``mask``, 0 in the other lanes."""
+    if real is None:
+        outs = cell(*datas)
+    elif _registry.gathers_rows(datas[0]):
+        rows = real.reshape(-1).nonzero().squeeze(1)
+        outs = cell(*(d.index_select(0, rows) for d in datas))
+        outs = tuple(o.new_zeros((real.size(0),) + o.shape[1:]).index_copy(0, rows, o)
+                     for o in outs)
+    else:
+        outs = cell(*(keep(real, d, 0) for d in datas))
+        outs = tuple(keep(real, o, 0) for o in outs)
+    return tuple(new(o, mask, (False,), zero=True) for o in outs)
 
 
 def _check_params(opname, params):
@@ -86,8 +96,8 @@ def _check_params(opname, params):
 def _simple_cell(f, opname):
     def rule(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
         _check_params(opname, (w_ih, w_hh, b_ih, b_hh))
-        (x, h), mask, real = _operands(opname, [input, hx])
-        return _finish(f(x, h, w_ih, w_hh, b_ih, b_hh), mask, real)
+        datas, mask, real = _operands(opname, [input, hx])
+        return _run(lambda x, h: (f(x, h, w_ih, w_hh, b_ih, b_hh),), datas, mask, real)[0]
     rule.__name__ = opname
     rule.__doc__ = f"``torch.{opname}`` for MaskedBatch input and/or hidden state."
     return rule
@@ -106,9 +116,9 @@ def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     hx = tuple(hx)
     if len(hx) != 2:
         raise ValueError(f"lstm_cell: hx must be a pair (h, c), got {len(hx)} tensors")
-    (x, h, c), mask, real = _operands("lstm_cell", [input, hx[0], hx[1]])
-    h2, c2 = torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh)
-    return _finish(h2, mask, real), _finish(c2, mask, real)
+    datas, mask, real = _operands("lstm_cell", [input, hx[0], hx[1]])
+    return _run(lambda x, h, c: torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh),
+                datas, mask, real)
 
 
 # ------------------------------------------------------------------ whole sequences
@@ -159,7 +169,7 @@ def _packed(f, input, hx, params, has_biases, num_layers, dropout, train, bidire
     host = lengths.cpu()
     empty = bool((host == 0).any())  # no real step: dormant lane or empty example
     # zeros where not real: a lane with no step reads its position 0 (packing needs >= 1)
-    x = torch.where(real, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    x = keep(real, x, 0)
     packed = pack_padded_sequence(x, host.clamp(min=1), batch_first=True, enforce_sorted=False)
     order, back = packed.sorted_indices, packed.unsorted_indices
     hs = [h.index_select(1, order) for h in hx]

@@ -128,7 +128,7 @@ def _permuted(x, perm, op):
     if perm == list(range(len(perm))):
         return x
     mask = None if x._mask is None else x._mask.permute(perm)
-    return new(x.data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]))
+    return new(x.data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero)
 
 
 # ------------------------------------------------------------------ transpose / permute
@@ -190,7 +190,7 @@ MaskedBatch.T = property(_T)
 # ------------------------------------------------------------------ (un)squeeze
 def _unsqueeze(x, d, dynamic=False):
     mask = None if x._mask is None else x._mask.unsqueeze(d)
-    return new(x.data.unsqueeze(d), mask, x.dims[:d - 1] + (dynamic,) + x.dims[d - 1:])
+    return new(x.data.unsqueeze(d), mask, x.dims[:d - 1] + (dynamic,) + x.dims[d - 1:], x._zero)
 
 
 @register_distinct(torch.unsqueeze, T.unsqueeze)
@@ -218,11 +218,11 @@ def _squeeze1(x, d, dim):
                 f"numbers of dims. Select an element instead (x[:, 0]) or keep the dim.")
         data = x.data.narrow(d, 0, 1)
         mask = None if x._mask is None else x._mask.narrow(d, 0, 1).squeeze(d)
-        return new(data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:])
+        return new(data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:], x._zero)
     if x.data.size(d) != 1:
         return x
     mask = None if x._mask is None else x._mask.squeeze(d)
-    return new(x.data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:])
+    return new(x.data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:], x._zero)
 
 
 @register_distinct(torch.squeeze, T.squeeze)
@@ -252,11 +252,11 @@ def _merge(x, s, e):
     if x._mask is None:
         return new(data, None, dims)
     if not dyn:
-        return new(data, x._mask.flatten(s, e), dims)
+        return new(data, x._mask.flatten(s, e), dims, x._zero)
     full = x._mask.expand([x.data.size(i) if s <= i <= e else -1 for i in range(x.data.dim())])
     mask = full.flatten(s, e)
     if not any(group[1:]):
-        return new(data, mask, dims)  # the first dim leads: real entries already a prefix
+        return new(data, mask, dims, x._zero)  # the first dim leads: real entries already a prefix
     data, mask = compact(data, mask, s)
     return new(data, mask, dims)
 
@@ -316,7 +316,7 @@ def split_dim(x, dim, n):
     if not is_mb(x):
         return x.view(shape)
     mask = None if x._mask is None else x._mask.unsqueeze(d)
-    return new(data.view(shape), mask, x.dims[:d - 1] + (False, False) + x.dims[d:])
+    return new(data.view(shape), mask, x.dims[:d - 1] + (False, False) + x.dims[d:], x._zero)
 
 
 @register_distinct(torch.unflatten, T.unflatten)
@@ -329,7 +329,7 @@ def unflatten(x, dim, sizes):
     mask = x._mask
     if mask is not None:
         mask = mask.reshape(mask.shape[:d] + (1,) * (k + 1) + mask.shape[d + 1:])
-    return new(data, mask, x.dims[:d - 1] + (False,) * (k + 1) + x.dims[d:])
+    return new(data, mask, x.dims[:d - 1] + (False,) * (k + 1) + x.dims[d:], x._zero)
 
 
 # ------------------------------------------------------------------ view / reshape
@@ -382,7 +382,7 @@ def _viewed(x, sizes, op):
     mask = x._mask
     if mask is not None:
         mask = mask.reshape([mask.size(0)] + [s if dyn else 1 for s, dyn in zip(sizes[1:], dims)])
-    return new(data, mask, dims)
+    return new(data, mask, dims, x._zero)
 
 
 @register_distinct(T.view)

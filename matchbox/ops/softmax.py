@@ -8,7 +8,7 @@ static dim the op is applied as is.  mask and dims are the input's.
 import torch
 import torch.nn.functional as F
 
-from ._registry import new, norm_dim, real_mask, register
+from ._registry import keep, new, norm_dim, real_mask, register
 
 T = torch.Tensor
 
@@ -28,8 +28,8 @@ def _softmax_rule(name, fn):
         if m is None or not x.dims[d - 1]:
             return new(fn(x.data, d, dtype=dtype), x._mask, x.dims)
         data = x.data if dtype is None else x.data.to(dtype)
-        out = fn(torch.where(m, data, float("-inf")), d)
-        return new(torch.where(m, out, 0.0), x._mask, x.dims)
+        out = fn(keep(m, data, float("-inf")), d)
+        return new(keep(m, out, 0.0), x._mask, x.dims, zero=True)
     rule.__name__ = rule.__qualname__ = name
     rule.__doc__ = f"``{name}`` normalised over the real entries of ``dim``."
     return rule

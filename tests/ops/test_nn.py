@@ -12,6 +12,9 @@ from matchbox import MaskedBatch
 from matchbox._lanes import lanes
 from matchbox.test_utils import mb_test
 
+# every test runs with real rows gathered (CPU) and with all rows masked (GPU)
+pytestmark = pytest.mark.usefixtures("row_strategy")
+
 LENGTHS = ("mixed", "one", "equal")
 FEATURE_SPECS = {
     "dynamic": (4, (True, 5), (False, 3)),

@@ -8,6 +8,9 @@ from matchbox import MaskedBatch
 from matchbox._lanes import lanes
 from matchbox.test_utils import mb_test
 
+# every test runs with real rows gathered (CPU) and with all rows masked (GPU)
+pytestmark = pytest.mark.usefixtures("row_strategy")
+
 CELLS = {
     "rnn_tanh": lambda i, h: nn.RNNCell(i, h),
     "rnn_relu": lambda i, h: nn.RNNCell(i, h, nonlinearity="relu"),
