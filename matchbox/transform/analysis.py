@@ -2,7 +2,7 @@
 import ast
 
 __all__ = ["SCOPES", "LOOPS", "walk_scope", "contains", "assigned_names", "param_names",
-           "local_names", "jumps_of_loop"]
+           "local_names", "jumps_of_loop", "loop_temporaries"]
 
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -75,3 +75,61 @@ def declared_outer(fdef):
 
 def local_names(fdef):
     return (param_names(fdef) | assigned_names(fdef.body)) - declared_outer(fdef)
+
+
+def _names(node, ctx=None):
+    return {n.id for n in walk_scope(node) if isinstance(n, ast.Name)
+            and (ctx is None or isinstance(n.ctx, ctx))}
+
+
+def _target_names(target):
+    """The names a plain target binds, or None for anything else (attributes,
+    subscripts, starred)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        parts = [_target_names(t) for t in target.elts]
+        return None if None in parts else set().union(*parts)
+    return None
+
+
+def loop_temporaries(fdef):
+    """``{(id(node), name)}``: stores that need no masking because ``name``
+    is a loop temporary.  ``node`` is a ``for`` (its target) or an
+    assignment at the top level of a loop body that is the first mention of
+    ``name`` in that body and does not read it; and every read of ``name``
+    in the function lies in the body of a loop that binds it that way (not
+    in a loop test or ``else``, not after the loop, not in nested
+    functions).  Every iteration then binds ``name`` before reading it, and
+    only lanes that were active at the binding read it afterwards (lanes
+    only leave during an iteration), so what its dormant lanes hold is
+    never seen."""
+    loads = {}
+    for n in walk_scope(fdef.body):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
+            loads.setdefault(n.id, []).append(id(n))
+    excluded = param_names(fdef) | declared_outer(fdef)
+    for n in walk_scope(fdef.body):
+        if isinstance(n, SCOPES):
+            excluded |= {m.id for m in ast.walk(n) if isinstance(m, ast.Name)}
+
+    binds = []   # (node, name, ids of the loop body's nodes)
+    for loop in walk_scope(fdef.body):
+        if not isinstance(loop, LOOPS):
+            continue
+        body = {id(n) for s in loop.body for n in walk_scope(s)}
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            binds += [(loop, name, body) for name in _target_names(loop.target) or ()]
+        seen = set()
+        for stmt in loop.body:
+            if isinstance(stmt, ast.Assign):
+                bound = [_target_names(t) for t in stmt.targets]
+                if None not in bound:
+                    fresh = set().union(*bound) - seen - _names(stmt.value)
+                    binds += [(stmt, name, body) for name in fresh]
+            seen |= _names(stmt)
+    where = {}
+    for _, name, body in binds:
+        where.setdefault(name, set()).update(body)
+    return {(id(node), name) for node, name, _ in binds if name not in excluded
+            and all(i in where[name] for i in loads.get(name, ()))}

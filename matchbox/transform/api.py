@@ -10,6 +10,7 @@ import types
 
 from . import (assignments, break_statements, calls, conditionals, continue_statements,
                logical, loops, reads, returns, runtime, unsupported)
+from .analysis import loop_temporaries
 from .naming import Namer
 from .parser import load_function, parse_function
 
@@ -37,6 +38,8 @@ class Context:
         self.namer = Namer(fdef)
         self.runtime = self.namer.new("_mb")
         self.origin, self.fn_name, self.max_iterations = origin, fn_name, max_iterations
+        # stores of loop temporaries, found before any pass moves statements
+        self.loop_temporaries = loop_temporaries(fdef)
 
 
 def _disabled():

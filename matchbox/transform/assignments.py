@@ -7,6 +7,10 @@
     o.attr = v     ->  _mb.setattr_(o, 'attr', v)
     x[:, i] = v    ->  unchanged (MaskedBatch.__setitem__ honours the lanes)
 
+A loop's temporaries (``analysis.loop_temporaries``: bound first thing in
+each iteration, read only inside the body) keep plain assignments: what
+their dormant lanes hold is never read, so masking it would be wasted work.
+
 Outside any branch or loop assignments stay plain: a function called for
 some lanes only may compute anything in its dormant lanes, since its
 caller keeps only the active lanes of what it returns.  Variables first
@@ -58,6 +62,8 @@ class _Assignments(ast.NodeTransformer):
                                node)
         node.target = ast.Name(id=item, ctx=ast.Store())
         node.body = [bind] + node.body
+        temps = self.ctx.loop_temporaries
+        temps |= {(id(bind), name) for i, name in temps if i == id(node)}
         return self.visit_While(node)
 
     def visit_With(self, node):
@@ -77,6 +83,8 @@ class _Assignments(ast.NodeTransformer):
         rt = self.ctx.runtime
         if isinstance(target, ast.Name):
             self.assigned.add(target.id)
+            if (id(origin), target.id) in self.ctx.loop_temporaries:
+                return [templates.stamp(ast.Assign(targets=[target], value=value), origin)]
             return templates.replace("x = rt.assign(x, value)", origin, x=target.id, rt=rt, value=value)
         if isinstance(target, ast.Attribute):
             return templates.replace("rt.setattr_(obj, name, value)", origin, rt=rt,

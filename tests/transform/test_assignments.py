@@ -109,3 +109,55 @@ def test_append_records_lengths():
           torch.tensor([[[3.0], [4.0], [5.0], [-6.0]]])]
     out = collect(MaskedBatch.fromlist(xs, (True, False)))
     assert out.size_as_tensor(1).data.tolist() == [3, 1, 4]
+
+
+# ------------------------------------------------------------------ loop temporaries
+@batch
+def loop_temporaries(x, z):
+    """``t``, ``u`` and ``x_t`` are temporaries of their loops (bound first,
+    read only in the body); ``h`` and ``n`` are not."""
+    h = z * 1.0
+    n = 0
+    for x_t in x.unbind(1):
+        t = torch.tanh(x_t.sum() + h)
+        if t > 0.3:
+            continue
+        u = t * 2 - h          # bound after a continue: lanes that left never read it
+        h = h + u
+    while h < 1 and n < 4:
+        t = h.abs() + 0.5      # the same name, a temporary of this loop too
+        h = h + t
+        n += 1
+    return h
+
+
+@batch
+def not_temporaries(x, z):
+    h = z * 1.0
+    for x_t in x.unbind(1):
+        if x_t.sum() > 0:
+            a = x_t.sum()      # first bound in a branch
+        else:
+            a = -x_t.sum()
+        b = h * 2              # read after the loop
+        c = a + 1
+        c = c * b              # re-bound from itself: masked like any other
+        h = h + c * 0.1
+    return h + b
+
+
+def test_loop_temporaries_are_plain_and_the_rest_masked():
+    src = matchbox.to_source(loop_temporaries)
+    for line in ("x_t = item", "t = torch.tanh(", "u = _mb.read(t) * 2", "t = _mb.read(h).abs()"):
+        assert line in src, src
+    assert "h = _mb.assign(h" in src and "n = _mb.aug_assign(n" in src
+    src = matchbox.to_source(not_temporaries)
+    for name in ("a", "b"):
+        assert f"{name} = _mb.assign({name}," in src, src
+    assert "c = _mb.assign(c, _mb.read(c) * _mb.read(b))" in src
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("f", [loop_temporaries, not_temporaries])
+def test_loop_temporaries_batched_equals_per_example(f, lengths):
+    mb_test(f, SEQ, SCALAR, lengths=lengths, dtype=torch.float64)
