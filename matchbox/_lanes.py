@@ -10,6 +10,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 _ACTIVE = ContextVar("matchbox_active_lanes", default=None)
+# the compaction of the @batch while loop running on its live lanes only
+# (transform/compaction.py), or None
+_COMPACT = ContextVar("matchbox_compaction", default=None)
 
 
 def active_lanes():
@@ -26,3 +29,14 @@ def lanes(mask):
         yield mask
     finally:
         _ACTIVE.reset(token)
+
+
+def batch_size_hint():
+    """Advice to add to a batch-size mismatch, when a compacted loop runs."""
+    comp = _COMPACT.get()
+    if comp is None:
+        return ""
+    return (f" ({comp.description} runs on its {comp.n} live lanes of {comp.B} "
+            f"(@batch(compact=...)); a value of the full batch reached it without a "
+            f"read of the loop's function, e.g. returned by a call: bind it to a local "
+            f"variable before the loop, or leave compaction off)")

@@ -17,6 +17,8 @@ Variants:
 - ``per_example``: ``greedy_decode`` on each source alone;
 - ``matchbox``: ``greedy_decode`` on the MaskedBatch of sources, split with
   ``.examples()``;
+- ``matchbox_compact``: the same with ``@batch(compact=0.5)``: once half
+  the examples have stopped, each step runs on the ones still decoding;
 - ``hand``: an expert's padded greedy decoder (bench.tasks.transformer's
   ``hand_encode`` / ``hand_decode`` on the same module): one batch loop with
   a ``done`` mask that stops when every example is done, re-running the
@@ -30,6 +32,7 @@ from bench.harness import Variant, fresh
 from bench.tasks.transformer import hand_decode, hand_encode, make_model, make_pairs, pad
 from examples.transformer import BOS, EOS, greedy_decode
 from matchbox import MaskedBatch
+from matchbox import batch as matchbox_batch
 
 NAME = "decode"
 TRAINS = False
@@ -115,5 +118,10 @@ def build(batch_size=64, device="cpu", size="small", seed=0, max_len=None):
         tokens, lengths, _ = hand_greedy(hand, p_src, src_real, limit)
         return [t[:n] for t, n in zip(tokens, lengths.tolist())]
 
+    compact = fresh(model)
+    compacted = matchbox_batch(greedy_decode.__wrapped__, compact=0.5)
+    def matchbox_compact():
+        return [t.reshape(-1) for t in compacted(compact, batch, limit).examples()]
+
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
-            "matchbox": Variant(matchbox, mb)}
+            "matchbox": Variant(matchbox, mb), "matchbox_compact": Variant(matchbox_compact, compact)}

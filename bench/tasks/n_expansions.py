@@ -1,6 +1,8 @@
 """The ``n_expansions`` while-loop kernel (examples/n_expansions.py): a
 per-example ``while unconnected > 1`` whose trip count is the example's
 node count, forward + backward + SGD step."""
+import types
+
 import torch
 import torch.nn.functional as TF
 
@@ -8,6 +10,7 @@ from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.n_expansions import Config, NExpansions
 from matchbox import MaskedBatch
+from matchbox import batch as matchbox_batch
 
 NAME = "n_expansions"
 TRAINS = True
@@ -69,6 +72,12 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
     def hand_written():
         return TF.mse_loss(hand_forward(hand, padded, k), mb_target, reduction="sum")
 
+    compact = fresh(model)  # the same loop under @batch(compact=0.5)
+    compact.n_expansions = types.MethodType(
+        matchbox_batch(NExpansions.n_expansions.__wrapped__, compact=0.5), compact)
+    def matchbox_compact():
+        return TF.mse_loss(compact(mb_nodes)[0], mb_target, reduction="sum")
+
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
-            "matchbox": Variant(matchbox, mb)}
+            "matchbox": Variant(matchbox, mb), "matchbox_compact": Variant(matchbox_compact, compact)}
 

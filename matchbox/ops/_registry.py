@@ -14,6 +14,7 @@ once at import time and never mutated afterwards.
 """
 import torch
 
+from .._lanes import batch_size_hint
 from ..core import RULES, MaskedBatch, real_mask
 
 __all__ = [
@@ -242,7 +243,7 @@ def align(args, op="op"):
         if b.data.size(0) != B:
             raise ValueError(
                 f"{op}: batch sizes differ ({B} vs {b.data.size(0)}); both operands must "
-                f"hold the same examples")
+                f"hold the same examples" + batch_size_hint())
         if b.data.device != batches[0].data.device:
             raise ValueError(f"{op}: operands are on {batches[0].data.device} and {b.data.device}")
         off = n - (b.data.dim() - 1)

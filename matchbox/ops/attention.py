@@ -30,6 +30,7 @@ they require ``has_torch_function`` to be False.
 import torch
 import torch.nn.functional as F
 
+from .._lanes import batch_size_hint
 from ._registry import canon_mask, is_mb, keep, neutralize, new, real_mask, register
 
 __all__ = ["SeqFirst", "scaled_dot_product_attention", "multi_head_attention_forward"]
@@ -219,7 +220,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                for t, n in ((query, "query"), (key, "key"), (value, "value")))
     for t, n in ((q, "query"), (k, "key"), (v, "value")):
         if t.data.size(0) != B:
-            raise ValueError(f"{op}: batch sizes differ ({B} vs {t.data.size(0)} in {n})")
+            raise ValueError(f"{op}: batch sizes differ ({B} vs {t.data.size(0)} in {n})" + batch_size_hint())
         _check_static(t, op, n)
     if is_causal and attn_mask is not None:
         raise RuntimeError(f"{op}: Explicit attn_mask should not be set when is_causal=True")

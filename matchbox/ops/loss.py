@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn import _reduction as _Reduction
 
-from .._lanes import active_lanes
+from .._lanes import active_lanes, batch_size_hint
 from ._registry import align, canon_mask, is_mb, keep, new, register
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
@@ -68,7 +68,7 @@ class _Operand:
     def __init__(self, x, B, what, opname):
         if is_mb(x):
             if x.data.size(0) != B:
-                raise ValueError(f"{opname}: batch sizes differ ({B} vs {x.data.size(0)})")
+                raise ValueError(f"{opname}: batch sizes differ ({B} vs {x.data.size(0)})" + batch_size_hint())
             self.data, self.mask, self.dims, self.mb = x.data, x._mask, tuple(x.dims), x
         elif isinstance(x, torch.Tensor):
             if x.dim() == 0 or x.size(0) not in (1, B):

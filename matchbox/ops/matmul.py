@@ -12,6 +12,7 @@ the outer product of the kept dims' masks; dims: the kept dims.
 import torch
 
 from .. import _lanes
+from .._lanes import batch_size_hint
 from ._registry import check_same_lengths, is_mb, keep, neutralize, new, register
 
 T = torch.Tensor
@@ -81,7 +82,7 @@ def _meet(x, i, y, j, op, broadcast):
 
 def _matmul(a, b, op="matmul"):
     if is_mb(a) and is_mb(b) and a.data.size(0) != b.data.size(0):
-        raise ValueError(f"{op}: batch sizes differ ({a.data.size(0)} vs {b.data.size(0)})")
+        raise ValueError(f"{op}: batch sizes differ ({a.data.size(0)} vs {b.data.size(0)})" + batch_size_hint())
     pa, pb = a.dim(), b.dim()
     if pa == 0 or pb == 0:
         raise RuntimeError(f"{op}: both arguments need at least 1 dimension per example")

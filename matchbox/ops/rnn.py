@@ -23,6 +23,7 @@ call (see :func:`lstm`).
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from .._lanes import batch_size_hint
 from . import _registry
 from ._registry import is_mb, keep, new, real_mask, register
 
@@ -49,7 +50,7 @@ def _operands(opname, tensors):
                     f"static feature sizes (loop over a dynamic time dimension with "
                     f"x.unbind(1) and feed each (1, features) step)")
             if t.data.size(0) != B:
-                raise ValueError(f"{opname}: batch sizes differ ({B} vs {t.data.size(0)})")
+                raise ValueError(f"{opname}: batch sizes differ ({B} vs {t.data.size(0)})" + batch_size_hint())
             if t._mask is not None:
                 mask = t._mask if mask is None else mask & t._mask
             r = real_mask(t)

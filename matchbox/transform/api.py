@@ -34,10 +34,11 @@ PASSES = (
 class Context:
     """What the passes share about the function being converted."""
 
-    def __init__(self, fdef, origin, fn_name, max_iterations):
+    def __init__(self, fdef, origin, fn_name, max_iterations, compact=None):
         self.namer = Namer(fdef)
         self.runtime = self.namer.new("_mb")
         self.origin, self.fn_name, self.max_iterations = origin, fn_name, max_iterations
+        self.compact = compact
         # stores of loop temporaries, found before any pass moves statements
         self.loop_temporaries = loop_temporaries(fdef)
 
@@ -46,10 +47,10 @@ def _disabled():
     return os.environ.get("MATCHBOX_DISABLE", "").strip() not in ("", "0", "false", "False")
 
 
-def convert(fn, max_iterations=None):
+def convert(fn, max_iterations=None, compact=None):
     """The rewritten function for ``fn`` and its source."""
     fdef, origin = parse_function(fn)
-    ctx = Context(fdef, origin, getattr(fn, "__qualname__", fdef.name), max_iterations)
+    ctx = Context(fdef, origin, getattr(fn, "__qualname__", fdef.name), max_iterations, compact)
     for p in PASSES:
         fdef = p.transform(fdef, ctx)
     ast.fix_missing_locations(fdef)
@@ -60,7 +61,7 @@ def convert(fn, max_iterations=None):
     return new
 
 
-def batch(fn=None, *, max_iterations=None):
+def batch(fn=None, *, max_iterations=None, compact=None):
     """Make example-level code with per-example control flow run on a
     :class:`~matchbox.MaskedBatch` (SPEC section 4).
 
@@ -68,20 +69,34 @@ def batch(fn=None, *, max_iterations=None):
     methods (in the class body or later, e.g. ``Model.forward =
     batch(Model.forward)``), closures and nested functions.  With the
     environment variable ``MATCHBOX_DISABLE=1`` it returns ``fn`` unchanged.
+
+    ``compact=s`` (a share of lanes in (0, 1], or True for 0.5): once no
+    more than that share of a ``while`` loop's lanes are still in it, its
+    later iterations run on those lanes only (gathered, then scattered
+    back), so finished examples stop costing compute.  It pays when the
+    body is heavy and lanes finish at very different times (decoding); it
+    costs a gather and a scatter per variable per iteration.
     """
+    if compact is True:
+        compact = 0.5
+    if compact is not None and compact is not False and not (
+            isinstance(compact, (int, float)) and 0 < compact <= 1):
+        raise ValueError(f"@batch(compact=...) takes a share of lanes in (0, 1] or True, got {compact!r}")
+    compact = compact or None
     if fn is None:
-        return functools.partial(batch, max_iterations=max_iterations)
+        return functools.partial(batch, max_iterations=max_iterations, compact=compact)
     if _disabled():
         return fn
+    again = functools.partial(batch, max_iterations=max_iterations, compact=compact)
     if isinstance(fn, types.MethodType):
-        return types.MethodType(batch(fn.__func__, max_iterations=max_iterations), fn.__self__)
+        return types.MethodType(again(fn.__func__), fn.__self__)
     if isinstance(fn, (staticmethod, classmethod)):
-        return type(fn)(batch(fn.__func__, max_iterations=max_iterations))
+        return type(fn)(again(fn.__func__))
     if getattr(fn, "__matchbox_batched__", False):
         return fn
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"@matchbox.batch expects a function or method, got {type(fn).__name__}")
-    return convert(fn, max_iterations)
+    return convert(fn, max_iterations, compact)
 
 
 def to_source(fn):

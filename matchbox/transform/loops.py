@@ -20,6 +20,7 @@ lane is left.  A ``for`` runs an iteration for the lanes that have the item
 import ast
 
 from . import templates
+from .analysis import walk_scope
 
 
 class _Loops(ast.NodeTransformer):
@@ -39,8 +40,10 @@ class _Loops(ast.NodeTransformer):
         """An expression that is true while no exit flag is set (and ``test``)."""
         rt = self.ctx.runtime
         out = test
+        # a compacted loop must read its flags' live lanes, as any read
+        gate = "rt.not_(rt.read(f))" if self.ctx.compact is not None else "rt.not_(f)"
         for flag in reversed(flags):
-            term = templates.replace_as_expression("rt.not_(f)", node, rt=rt, f=flag)
+            term = templates.replace_as_expression(gate, node, rt=rt, f=flag)
             out = term if out is None else templates.replace_as_expression(
                 "rt.and_(a, lambda: b)", node, rt=rt, a=term, b=out)
         return out
@@ -57,14 +60,18 @@ class _Loops(ast.NodeTransformer):
         self.generic_visit(node)
         flags = getattr(node, "mb_exit_flags", [])
         loop = self.ctx.namer.new("loop")
-        out = templates.replace(
-            """
+        template = """
             with rt.while_loop(desc, limit) as loop:
                 while loop.test(test):
                     body
-            """, node, rt=self.ctx.runtime, desc=self._description("while", node),
-            limit=ast.Constant(self.ctx.max_iterations), loop=loop,
-            test=self._alive(flags, node, node.test), body=node.body)
+            """
+        if self.ctx.compact is not None and not _stores_into_subscripts(node.body):
+            # see compaction.py; x[i] = v would write into a copy of the live lanes
+            template = template.replace("(desc, limit)", "(desc, limit, compact=share)")
+        out = templates.replace(
+            template, node, rt=self.ctx.runtime, desc=self._description("while", node),
+            limit=ast.Constant(self.ctx.max_iterations), share=ast.Constant(self.ctx.compact),
+            loop=loop, test=self._alive(flags, node, node.test), body=node.body)
         return out + self._orelse(node, flags)
 
     def visit_For(self, node):
@@ -93,3 +100,8 @@ def transform(fdef, ctx):
 
 def _as_list(x):
     return x if isinstance(x, list) else [x]
+
+
+def _stores_into_subscripts(body):
+    return any(isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load)
+               for n in walk_scope(body))

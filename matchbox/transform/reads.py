@@ -3,6 +3,10 @@
 A local variable read inside a branch or loop body is fed to the code there
 with its dormant lanes detached, so whatever a dormant lane computes (a
 ``log`` of a negative, an overflow) adds exactly zero gradient.
+
+With ``@batch(compact=...)`` every value loaded in a region goes through
+``read`` (globals, closure variables, ``obj.attr`` and ``xs[i]`` too), so a
+compacted loop sees the live lanes of whatever it reads.
 """
 import ast
 
@@ -19,14 +23,38 @@ class _Reads(ast.NodeTransformer):
 
     visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
 
+    def _gate(self, node):
+        return templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=node)
+
     def visit_Name(self, node):
-        if self.depth and isinstance(node.ctx, ast.Load) and node.id in self.names:
-            return templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=node.id)
+        if self.depth and isinstance(node.ctx, ast.Load) and (
+                node.id in self.names or self.ctx.compact is not None):
+            return self._gate(node)
+        return node
+
+    def _global(self, node):
+        """A name that is not the function's own (a module, a global)."""
+        return isinstance(node, ast.Name) and node.id not in self.names
+
+    def visit_Attribute(self, node):
+        if not self._global(node.value):  # torch.float32, F.relu: not gated
+            node.value = self.visit(node.value)
+        if self.depth and isinstance(node.ctx, ast.Load) and self.ctx.compact is not None:
+            return self._gate(node)
+        return node
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if self.depth and isinstance(node.ctx, ast.Load) and self.ctx.compact is not None:
+            return self._gate(node)
         return node
 
     def visit_Call(self, node):
         func = node.func
-        if not isinstance(func, ast.Name):
+        if isinstance(func, ast.Attribute):  # a method: gate its object only
+            if not self._global(func.value):
+                func.value = self.visit(func.value)
+        elif not isinstance(func, ast.Name):
             node.func = self.visit(func)
         node.args = [self.visit(a) for a in node.args]
         for k in node.keywords:

@@ -16,6 +16,7 @@ code run lane by lane.
 """
 import builtins
 import operator
+import sys
 from contextlib import contextmanager
 
 import torch
@@ -23,10 +24,12 @@ import torch
 from .. import _lanes
 from .._lanes import active_lanes
 from ..core import MaskedBatch
+from .compaction import Compaction, function_codes
 from .errors import LoopLimitError
 
 _new = MaskedBatch._new
 _ACTIVE = _lanes._ACTIVE
+_COMPACT = _lanes._COMPACT
 
 
 # ------------------------------------------------------------------ values
@@ -57,10 +60,23 @@ def _lane_view(lanes, ndim):
     return lanes.view((-1,) + (1,) * (ndim - 1))
 
 
+def _owned(frame):
+    """The loop compaction that code in ``frame`` gathers and scatters for."""
+    comp = _COMPACT.get()
+    return comp if comp is not None and frame.f_code in comp.codes else None
+
+
 def read(x):
     """``x`` as read inside a masked region: its dormant lanes are cut from
     the graph, so whatever they compute there adds no gradient (JAX feeds
     inactive branches stop_gradient'ed inputs the same way)."""
+    comp = _owned(sys._getframe(1))
+    if comp is not None and comp.full(x):
+        x = comp.gather(x)
+    return _read(x)
+
+
+def _read(x):
     lanes = _ACTIVE.get()
     if lanes is None or type(x) is not MaskedBatch or not x.data.requires_grad:
         return x
@@ -336,6 +352,22 @@ def _pad_to(x, mask, xdims, dims, other):
 
 def assign(old, new):
     """``new`` for the active lanes, ``old`` for the dormant ones."""
+    comp = _owned(sys._getframe(1))
+    return _assign(old, new) if comp is None else _compacted_assign(comp, old, new)
+
+
+def _compacted_assign(comp, old, new):
+    """``assign`` in a compacted loop: the update of the live lanes,
+    scattered back into the full-batch ``old``."""
+    new = _assign(comp.gather(old) if comp.full(old) else old, new)
+    if comp.compacted(new):
+        new = comp.expand(new)
+    if isinstance(old, Undefined) or old is None:
+        return new
+    return select(comp.alive, new, old)
+
+
+def _assign(old, new):
     lanes = _ACTIVE.get()
     if lanes is None or old is new or isinstance(old, Undefined) or old is None:
         return new
@@ -357,15 +389,20 @@ def aug_assign(old, op, value):
     """``old op= value``: in place (plain Python) when every lane is
     active, else a masked out-of-place update."""
     inplace, outplace = _AUG[op]
+    comp = _owned(sys._getframe(1))
+    if comp is not None:
+        current = _read(comp.gather(old) if comp.full(old) else old)
+        return _compacted_assign(comp, old, outplace(current, value))
     if _ACTIVE.get() is None:
         return inplace(old, value)
-    return assign(old, outplace(read(old), value))
+    return _assign(old, outplace(_read(old), value))
 
 
 def setattr_(obj, name, value):
     """``obj.name = value`` for the active lanes."""
     old = getattr(obj, name, None)
-    setattr(obj, name, assign(old, value))
+    comp = _owned(sys._getframe(1))
+    setattr(obj, name, _assign(old, value) if comp is None else _compacted_assign(comp, old, value))
 
 
 # ------------------------------------------------------------------ lists
@@ -403,6 +440,17 @@ def append(lst, value):
     builds a dynamic dimension with each example's own length."""
     if not isinstance(lst, list):
         return lst.append(value)
+    comp = _owned(sys._getframe(1))
+    if comp is None:
+        return _append(lst, value)
+    token = _ACTIVE.set(comp.lanes(_ACTIVE.get()))
+    try:
+        return _append(lst, comp.expand(value) if comp.compacted(value) else value)
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _append(lst, value):
     lanes = _ACTIVE.get()
     last = _listed(lst[-1]) if lst else None
     if lanes is None and last is None:
@@ -476,11 +524,42 @@ class _Loop:
 
 
 class while_loop(_Loop):
-    """``with while_loop(desc, max) as loop: while loop.test(cond): body``."""
+    """``with while_loop(desc, max) as loop: while loop.test(cond): body``.
+
+    With ``compact`` (a share of lanes, from ``@batch(compact=...)``), the
+    iterations after the live share drops to it or below run on the live
+    lanes only (see compaction.py)."""
+
+    def __init__(self, description, max_iterations, compact=None):
+        super().__init__(description, max_iterations)
+        self.compact, self.compaction = compact, None
+        if compact is not None:
+            self.codes = function_codes(sys._getframe(1).f_code)
+
+    def __enter__(self):
+        if self.compact is not None:
+            self.compact_token = _COMPACT.set(_COMPACT.get())
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        if self.compact is not None:
+            _COMPACT.reset(self.compact_token)
+        return super().__exit__(*exc)
 
     def test(self, c):
         self._tick()
-        return self._narrow_alive(c)
+        if self.compaction is not None:
+            self.compaction.check()
+            c = self.compaction.widen(c)
+        go = self._narrow_alive(c)
+        if go and self.compact is not None and self.alive is not None \
+                and _COMPACT.get() is self.compaction:  # never inside another's compaction
+            self.compaction = None
+            if int(self.alive.sum()) <= self.compact * self.alive.numel():
+                self.compaction = Compaction(self.alive, self.codes, self.description)
+                _ACTIVE.set(None)  # every live lane is active
+            _COMPACT.set(self.compaction)
+        return go
 
 
 class LaneIterable:

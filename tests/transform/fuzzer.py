@@ -165,23 +165,24 @@ class ProgramGenerator:
 _COUNTER = [0]
 
 
-def compile_program(source, name="prog", flag=True):
+def compile_program(source, name="prog", flag=True, compact=None):
     """Define the program from ``source`` (registered with linecache so
-    ``@batch`` can read it) and return ``(plain, batched)``."""
+    ``@batch`` can read it) and return ``(plain, batched)``; ``compact`` is
+    passed to ``@batch``."""
     _COUNTER[0] += 1
     filename = f"<matchbox-fuzz-{_COUNTER[0]}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     ns = {"torch": torch, "FLAG": flag}
     exec(compile(source, filename, "exec"), ns)
     plain = ns[name]
-    return plain, matchbox.batch(plain, max_iterations=100)
+    return plain, matchbox.batch(plain, max_iterations=100, compact=compact)
 
 
-def check_program(source, seed, B=5, lengths_seed=None):
+def check_program(source, seed, B=5, lengths_seed=None, compact=None):
     """Run the program per example and batched; raise AssertionError with
     the source on a mismatch.  Returns False for a program that plain
     PyTorch itself rejects (an in-place update of a tensor autograd saved)."""
-    _, fn = compile_program(source, flag=bool(seed % 2))
+    _, fn = compile_program(source, flag=bool(seed % 2), compact=compact)
     g = torch.Generator().manual_seed(seed)
     ns = [torch.randint(0, 4, (1,), generator=g) for _ in range(B)]
     n = MaskedBatch.fromlist(ns, ())
@@ -201,7 +202,7 @@ def check_program(source, seed, B=5, lengths_seed=None):
     return True
 
 
-def run(count, seed=0, show=False, stop_on_fail=True):
+def run(count, seed=0, show=False, stop_on_fail=True, compact=None):
     failures = skipped = 0
     for i in range(count):
         s = seed + i
@@ -209,7 +210,7 @@ def run(count, seed=0, show=False, stop_on_fail=True):
         if show:
             print(src)
         try:
-            skipped += not check_program(src, s)
+            skipped += not check_program(src, s, compact=compact)
         except AssertionError as e:
             failures += 1
             print(e, file=sys.stderr)
@@ -224,9 +225,11 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--show", action="store_true", help="print every program")
     p.add_argument("--keep-going", action="store_true", help="do not stop at the first failure")
+    p.add_argument("--compact", type=float, default=None,
+                   help="run the programs with @batch(compact=SHARE)")
     a = p.parse_args(argv)
     t = time.time()
-    failures, skipped = run(a.count, a.seed, a.show, not a.keep_going)
+    failures, skipped = run(a.count, a.seed, a.show, not a.keep_going, a.compact)
     print(f"{a.count} programs from seed {a.seed}: {failures} failed, {skipped} skipped "
           f"(invalid in plain PyTorch), {time.time() - t:.1f}s")
     return 1 if failures else 0

@@ -17,3 +17,13 @@ def test_random_programs(chunk):
         src = ProgramGenerator(random.Random(seed)).generate()
         checked += check_program(src, seed, B=4)
     assert checked >= PER_CHUNK * 0.7  # most programs are valid plain PyTorch
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_random_programs_compacted(chunk):
+    """The same programs with every while loop compacted as soon as a lane leaves."""
+    checked = 0
+    for seed in range(chunk * PER_CHUNK, (chunk + 1) * PER_CHUNK):
+        src = ProgramGenerator(random.Random(seed)).generate()
+        checked += check_program(src, seed, B=4, compact=1.0)
+    assert checked >= PER_CHUNK * 0.7

@@ -1,0 +1,207 @@
+"""@batch(compact=...): a while loop's later iterations run on its live
+lanes only.  Every program here is checked batched vs per example (values
+and gradients) with compaction starting at once (share 1.0) and halfway
+(0.5), against the same program without it."""
+import pytest
+import torch
+
+import matchbox
+import matchbox.functional as F
+from matchbox import MaskedBatch, batch
+from matchbox.test_utils import mb_rand, mb_test
+
+LENGTHS = ("mixed", "one", "equal")
+SCALAR = (7, (False, 1))
+SEQ = (7, (True, 5), (False, 3))
+
+
+def steps(x, z):
+    """A per-example number of iterations with ifs, augmented assignment,
+    append, a loop temporary and a value read from outside the loop."""
+    h = x * 1.0
+    k = 0
+    out = []
+    while h.abs().sum() < 4 and k < 6:
+        t = torch.tanh(h + z)          # loop temporary
+        if t.sum() > 0:
+            h = h + t * z
+        else:
+            h = h - 0.5
+        k += 1
+        out.append(h.sum(-1))
+    return h, F.stack(out + [h.sum(-1)], 1)
+
+
+def breaks_and_returns(x, z):
+    h = x * 1.0
+    n = 0
+    while True:
+        n += 1
+        h = h * 1.5 + z
+        if h.sum() > 3:
+            break
+        if n > 3:
+            return h * 0 - 1
+    return h * n
+
+
+@batch
+def helper(h, z):
+    acc = h * 0
+    while acc.sum() < z.abs().sum() + 1:   # a loop of its own in the callee
+        acc = acc + 0.75
+    return acc
+
+
+def nested(x, z):
+    h = x * 1.0
+    rounds = 0
+    while rounds < 3 and h.sum() < 5:
+        i = 0
+        while i < 2 and h.sum() < 5:      # inner loop: runs inside the compaction
+            h = h + helper(h, z) * 0.1
+            i += 1
+        for step in x.unbind(1) if x.dim() > 2 else []:
+            h = h + step.sum() * 0.01
+        rounds += 1
+    return h
+
+
+class Box:
+    pass
+
+
+def attributes(x, z):
+    box = Box()
+    box.h = x * 1.0
+    while box.h.sum() < 2:
+        box.h = box.h + z.abs() + 0.25
+    return box.h
+
+
+PROGRAMS = {"steps": (steps, (SEQ, SCALAR)), "breaks_and_returns": (breaks_and_returns, (SCALAR, SCALAR)),
+            "nested": (nested, (SEQ, SCALAR)), "attributes": (attributes, (SCALAR, SCALAR))}
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("share", [1.0, 0.5])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_compacted_equals_per_example(name, share, lengths):
+    f, specs = PROGRAMS[name]
+    mb_test(batch(f, compact=share), *specs, lengths=lengths, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_compacted_equals_uncompacted(name):
+    f, specs = PROGRAMS[name]
+    torch.manual_seed(0)
+    args = [mb_rand(*s, lengths="mixed", dtype=torch.float64) for s in specs]
+    plain, compacted = batch(f)(*args), batch(f, compact=1.0)(*args)
+    for a, b in zip(plain if isinstance(plain, tuple) else (plain,),
+                    compacted if isinstance(compacted, tuple) else (compacted,)):
+        for ea, eb in zip(a.examples(), b.examples()):
+            assert torch.equal(ea, eb)
+
+
+def test_generated_source_names_the_share():
+    src = matchbox.to_source(batch(steps, compact=0.25))
+    assert "compact=0.25" in src
+    assert "compact=" not in matchbox.to_source(batch(steps))
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, -0.1, "half"])
+def test_bad_share_is_refused(bad):
+    with pytest.raises(ValueError, match="compact"):
+        batch(steps, compact=bad)
+
+
+def test_in_place_change_of_a_gathered_value_raises():
+    def bump(x):
+        h = x - 1.0
+        while h.sum() < 3:
+            F.relu(h, inplace=True)   # in place on the live lanes' copy
+            h = h + 1.0
+        return h
+
+    x = MaskedBatch.fromlist([torch.tensor([[v]]) for v in (0.0, 2.5, 1.0)], dims=(False,))
+    with pytest.raises(RuntimeError, match="changed in place"):
+        batch(bump, compact=1.0)(x)
+
+
+def subscript_store(x):
+    h = x * 1.0
+    while h.sum() < 3:
+        h[:, 0] = h[:, 0] + 1.0
+    return h
+
+
+def test_loops_that_store_into_subscripts_are_not_compacted():
+    f = batch(subscript_store, compact=1.0)
+    assert "compact=" not in matchbox.to_source(f)
+    mb_test(f, (5, (False, 2)), lengths="mixed", dtype=torch.float64)
+
+
+def test_greedy_decoding_is_unchanged():
+    from examples import transformer as ex
+    torch.manual_seed(0)
+    model = ex.Transformer(vocab=12, d_model=16, heads=2, layers=1, d_ff=32, max_len=40).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3)
+    srcs = [torch.randint(ex.FIRST, 12, (1, n)) for n in (3, 7, 1, 5, 9)]
+    src = MaskedBatch.fromlist(srcs, dims=(True,))
+    fast = batch(ex.greedy_decode.__wrapped__, compact=1.0)
+    with torch.no_grad():
+        want = ex.greedy_decode(model, src, max_len=12).examples()
+        got = fast(model, src, max_len=12).examples()
+    assert [w.tolist() for w in want] == [g.tolist() for g in got]
+    assert len({w.numel() for w in want}) > 1  # the examples stop at different steps
+
+
+SEEN = []
+
+
+def record(h):
+    """A plain function: records the batch size the loop body runs at."""
+    SEEN.append(h.batch_size)
+    return h
+
+
+def countdown(x):
+    h = x * 1.0
+    while h.sum() > 0:
+        h = record(h) - 1
+    return h
+
+
+@pytest.mark.parametrize("share,sizes", [(None, [6] * 6), (1.0, [6, 5, 4, 3, 2, 1]),
+                                         (0.5, [6, 6, 6, 3, 2, 1])])
+def test_the_body_runs_on_the_live_lanes_only(share, sizes):
+    x = MaskedBatch.fromlist([torch.tensor([[float(v)]]) for v in (1, 2, 3, 4, 5, 6)], dims=(False,))
+    SEEN.clear()
+    out = batch(countdown, compact=share)(x)
+    assert [e.item() for e in out.examples()] == [0.0] * 6
+    # compacted once no more than `share` of the lanes are live, on those only
+    assert SEEN == sizes
+
+
+FULL = {}
+
+
+def stored():
+    return FULL["h"]
+
+
+def escapes(x):
+    FULL["h"] = x * 2.0
+    h = x * 1.0
+    while h.sum() < 3:
+        h = h + stored()  # a full-batch value that no read of this function gathers
+    return h
+
+
+def test_a_full_batch_value_that_escapes_the_gather_names_compaction():
+    f = batch(escapes, compact=1.0)
+    x = MaskedBatch.fromlist([torch.tensor([[v]]) for v in (0.5, 2.5, 1.0)], dims=(False,))
+    with pytest.raises(ValueError, match="live lanes of 3"):
+        f(x)
