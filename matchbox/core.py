@@ -71,7 +71,8 @@ class MaskedBatch:
     # rules that need zero padding skip re-masking; False means "unknown".
     # _listed: set by @batch's list append on the items it stores, as
     # (lanes that hold the item, per-lane list length up to the item or None)
-    __slots__ = ("data", "_mask", "dims", "_zero", "_listed", "__weakref__")
+    # _rows: the real rows gathered by ops.on_real_rows, kept for the next op
+    __slots__ = ("data", "_mask", "dims", "_zero", "_rows", "_listed", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None):
         if not isinstance(data, torch.Tensor):
@@ -112,14 +113,14 @@ class MaskedBatch:
                         raise ValueError(
                             f"mask along dynamic dimension {i + 1} is not a prefix: each "
                             f"example's real data must start at index 0 with no gaps")
-        self.data, self._mask, self.dims, self._zero = data, mask, dims, False
+        self.data, self._mask, self.dims, self._zero, self._rows = data, mask, dims, False, None
 
     @classmethod
     def _new(cls, data, mask, dims, zero=False):
         """Unchecked constructor used by op rules on their hot paths; ``zero``
         promises that ``data`` is 0 wherever ``mask`` is False."""
         self = object.__new__(cls)
-        self.data, self._mask, self.dims, self._zero = data, mask, dims, zero
+        self.data, self._mask, self.dims, self._zero, self._rows = data, mask, dims, zero, None
         return self
 
     # ------------------------------------------------------------ dispatch

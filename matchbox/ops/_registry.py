@@ -159,22 +159,30 @@ def gathers_rows(t):
     compute only the real rows of ``t`` (gather, run, scatter back: on CPU,
     it skips the work on padding and needs no masking) or every row with
     masking (elsewhere: finding the rows would make the host wait for the
-    device)."""
-    return t.device.type == "cpu"
+    device; and under torch.compile, where it would break the graph)."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def on_real_rows(m, data, fn, k=1):
+def on_real_rows(x, m, fn, k=1):
     """``fn`` (a function of rows: ``(n, *row) -> (n, *out_row)``) applied to
-    the rows of ``data`` (its last ``k`` dims) that ``m`` marks real, giving
-    ``data.shape[:-k] + out_row`` with 0 in every other row.  Padding rows
-    are never read, so they need no masking and get exactly zero gradient;
-    and no work is spent on them.  ``m`` must be 1 along the last ``k``
-    dims.  The rows are found with ``nonzero``, which waits for the device
-    (see ``gathers_rows``)."""
+    the rows of ``x.data`` (its last ``k`` dims) that ``m`` marks real,
+    giving ``x.data.shape[:-k] + out_row`` with 0 in every other row.
+    Padding rows are never read, so they need no masking and get exactly
+    zero gradient; and no work is spent on them.  ``m`` must be 1 along the
+    last ``k`` dims.  The rows are found with ``nonzero``, which waits for
+    the device (see ``gathers_rows``).  The gathered rows are kept on ``x``,
+    so ops that share an input (attention's q, k and v) gather it once."""
+    data = x.data
     lead = data.shape[:data.dim() - k]
-    rows = m.expand(lead + m.shape[len(lead):]).reshape(-1).nonzero().squeeze(1)
-    y = fn(data.reshape((lead.numel(),) + data.shape[len(lead):]).index_select(0, rows))
-    out = y.new_zeros((lead.numel(),) + y.shape[1:]).index_copy(0, rows, y)
+    hit = x._rows
+    if hit is not None and hit[0] is m and hit[1] == k and hit[2] == data._version:
+        rows, real = hit[3], hit[4]
+    else:
+        rows = m.expand(lead + m.shape[len(lead):]).reshape(-1).nonzero().squeeze(1)
+        real = data.reshape((lead.numel(),) + data.shape[len(lead):]).index_select(0, rows)
+        x._rows = (m, k, data._version, rows, real)
+    y = fn(real)
+    out = y.new_zeros((lead.numel(),) + y.shape[1:]).index_copy_(0, rows, y)
     return out.view(lead + y.shape[1:])
 
 

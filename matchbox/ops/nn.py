@@ -32,7 +32,7 @@ def _per_row(input, m, fn, k=1):
     of the result are 0 and pass no gradient.  On CPU only the real rows are
     computed (see ``gathers_rows``); elsewhere all rows are, with masking."""
     if _registry.gathers_rows(input.data):
-        return on_real_rows(m, input.data, fn, k)
+        return on_real_rows(input, m, fn, k)
     out = fn(neutralize(input, 0))
     lead = m.dim() - k
     return _mask_out(out, m.reshape(m.shape[:lead] + (1,) * (out.dim() - lead)))

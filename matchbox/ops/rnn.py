@@ -81,7 +81,7 @@ def _run(cell, datas, mask, real):
     elif _registry.gathers_rows(datas[0]):
         rows = real.reshape(-1).nonzero().squeeze(1)
         outs = cell(*(d.index_select(0, rows) for d in datas))
-        outs = tuple(o.new_zeros((real.size(0),) + o.shape[1:]).index_copy(0, rows, o)
+        outs = tuple(o.new_zeros((real.size(0),) + o.shape[1:]).index_copy_(0, rows, o)
                      for o in outs)
     else:
         outs = cell(*(keep(real, d, 0) for d in datas))

@@ -66,7 +66,7 @@ class Compaction:
         """A compacted MaskedBatch as a full-batch one (0 and mask False in
         the other lanes, which callers replace)."""
         def scatter(t):
-            return t.new_zeros((self.B,) + t.shape[1:]).index_copy(0, self.rows, t)
+            return t.new_zeros((self.B,) + t.shape[1:]).index_copy_(0, self.rows, t)
         mask = None if x._mask is None else scatter(x._mask.expand((self.n,) + x._mask.shape[1:]))
         return _new(scatter(x.data), mask, x.dims, x._zero)
 
@@ -74,7 +74,7 @@ class Compaction:
         """Full-batch lanes for the live lanes' ``lanes`` (None: all live)."""
         if lanes is None:
             return self.alive
-        return lanes.new_zeros(self.B).index_copy(0, self.rows, lanes)
+        return lanes.new_zeros(self.B).index_copy_(0, self.rows, lanes)
 
     def widen(self, c):
         """A loop test computed on the live lanes, as a full-batch value."""

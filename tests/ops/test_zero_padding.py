@@ -151,7 +151,7 @@ def test_on_real_rows_reads_real_rows_only():
     data = torch.randn(4, 5, 3, generator=g, dtype=torch.float64)
     data = data.masked_fill(~m, float("nan")).requires_grad_()
     w = torch.randn(2, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    out = on_real_rows(m, data, lambda rows: rows @ w.t())
+    out = on_real_rows(MaskedBatch(data), m, lambda rows: rows @ w.t())
     ref = torch.where(m, data.detach().nan_to_num() @ w.detach().t(), 0.0)
     assert torch.equal(out, ref)
     out.sum().backward()
