@@ -60,17 +60,18 @@ def _lane_view(lanes, ndim):
     return lanes.view((-1,) + (1,) * (ndim - 1))
 
 
-def _owned(frame):
-    """The loop compaction that code in ``frame`` gathers and scatters for."""
+def _owned():
+    """The loop compaction that the caller of the calling runtime function
+    gathers and scatters for: only the loop's own function does."""
     comp = _COMPACT.get()
-    return comp if comp is not None and frame.f_code in comp.codes else None
+    return comp if comp is not None and sys._getframe(2).f_code in comp.codes else None
 
 
 def read(x):
     """``x`` as read inside a masked region: its dormant lanes are cut from
     the graph, so whatever they compute there adds no gradient (JAX feeds
     inactive branches stop_gradient'ed inputs the same way)."""
-    comp = _owned(sys._getframe(1))
+    comp = _owned()
     if comp is not None and comp.full(x):
         x = comp.gather(x)
     return _read(x)
@@ -352,7 +353,7 @@ def _pad_to(x, mask, xdims, dims, other):
 
 def assign(old, new):
     """``new`` for the active lanes, ``old`` for the dormant ones."""
-    comp = _owned(sys._getframe(1))
+    comp = _owned()
     return _assign(old, new) if comp is None else _compacted_assign(comp, old, new)
 
 
@@ -389,7 +390,7 @@ def aug_assign(old, op, value):
     """``old op= value``: in place (plain Python) when every lane is
     active, else a masked out-of-place update."""
     inplace, outplace = _AUG[op]
-    comp = _owned(sys._getframe(1))
+    comp = _owned()
     if comp is not None:
         current = _read(comp.gather(old) if comp.full(old) else old)
         return _compacted_assign(comp, old, outplace(current, value))
@@ -401,7 +402,7 @@ def aug_assign(old, op, value):
 def setattr_(obj, name, value):
     """``obj.name = value`` for the active lanes."""
     old = getattr(obj, name, None)
-    comp = _owned(sys._getframe(1))
+    comp = _owned()
     setattr(obj, name, _assign(old, value) if comp is None else _compacted_assign(comp, old, value))
 
 
@@ -440,7 +441,7 @@ def append(lst, value):
     builds a dynamic dimension with each example's own length."""
     if not isinstance(lst, list):
         return lst.append(value)
-    comp = _owned(sys._getframe(1))
+    comp = _owned()
     if comp is None:
         return _append(lst, value)
     token = _ACTIVE.set(comp.lanes(_ACTIVE.get()))
