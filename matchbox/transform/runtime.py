@@ -50,6 +50,8 @@ class Undefined:
     __sub__ = __rsub__ = __truediv__ = __neg__ = __len__ = __index__ = __float__ = _fail
 
     def __getattr__(self, name):
+        if name.startswith("__") or name == "name":  # (copy, pickle, torch.compile probe these)
+            raise AttributeError(name)
         self._fail()
 
     def __repr__(self):

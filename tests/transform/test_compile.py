@@ -1,0 +1,45 @@
+"""torch.compile of a @batch function gives the numbers of the eager one
+(graph breaks where control flow needs a host decision).  The ``aot_eager``
+backend traces forward and backward through dynamo and AOTAutograd without
+generating kernels, so the test stays fast."""
+import copy
+
+import torch
+
+import matchbox
+from matchbox import MaskedBatch
+from matchbox.transform.runtime import Undefined
+
+
+def test_undefined_answers_probes_of_its_attributes():
+    u = Undefined("h")
+    assert not hasattr(u, "__len_hint__") and copy.copy(u) is not None
+
+
+def test_compiled_batch_function_matches_eager():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 3).double()
+
+    @matchbox.batch
+    def f(x):
+        h = x.sum(1) * 0
+        for x_t in x.unbind(1):
+            h = torch.tanh(lin(x_t) + h)
+            if h.sum() > 0:
+                h = h * 0.5
+        return h
+
+    compiled = torch.compile(f, backend="aot_eager")
+    for lengths in ((2, 4, 1), (3, 3)):
+        xs = [torch.randn(1, n, 3, dtype=torch.float64, requires_grad=True) for n in lengths]
+        grads = []
+        for fn in (f, compiled):
+            out = fn(MaskedBatch.fromlist(xs, dims=(True, False)))
+            total = sum((e * torch.arange(3.0, dtype=torch.float64)).sum() for e in out.examples())
+            grads.append(torch.autograd.grad(total, xs + [lin.weight]))
+            if fn is f:
+                want = [e.detach() for e in out.examples()]
+            else:
+                assert all(torch.equal(a, b.detach()) for a, b in zip(want, out.examples()))
+        for a, b in zip(*grads):
+            assert torch.allclose(a, b)
