@@ -174,13 +174,14 @@ def on_real_rows(x, m, fn, k=1):
     so ops that share an input (attention's q, k and v) gather it once."""
     data = x.data
     lead = data.shape[:data.dim() - k]
+    key = (m, k, data, data._version)  # x[i] = v replaces x.data; in-place ops bump its version
     hit = x._rows
-    if hit is not None and hit[0] is m and hit[1] == k and hit[2] == data._version:
-        rows, real = hit[3], hit[4]
+    if hit is not None and all(a is b for a, b in zip(hit[:3], key[:3])) and hit[3] == key[3]:
+        rows, real = hit[4], hit[5]
     else:
         rows = m.expand(lead + m.shape[len(lead):]).reshape(-1).nonzero().squeeze(1)
         real = data.reshape((lead.numel(),) + data.shape[len(lead):]).index_select(0, rows)
-        x._rows = (m, k, data._version, rows, real)
+        x._rows = key + (rows, real)
     y = fn(real)
     out = y.new_zeros((lead.numel(),) + y.shape[1:]).index_copy_(0, rows, y)
     return out.view(lead + y.shape[1:])

@@ -157,3 +157,17 @@ def test_on_real_rows_reads_real_rows_only():
     out.sum().backward()
     assert torch.isfinite(w.grad).all() and torch.isfinite(data.grad).all()
     assert (data.grad[~m.expand_as(data)] == 0).all()
+
+
+def test_gathered_rows_follow_changes_of_the_data(row_strategy):
+    x = zero_padded()
+    lin = nn.Linear(4, 2)
+    before = lin(x)
+    assert (x._rows is not None) == (row_strategy == "gather")  # kept for the next op on x
+    x[:, 0] = x[:, 0] + 1.0  # replaces x.data
+    after = lin(x)
+    x.data.mul_(2)  # in place
+    doubled = lin(x)
+    want = [lin(e) for e in x.examples()]
+    assert all(torch.allclose(a, b) for a, b in zip(doubled.examples(), want))
+    assert not torch.allclose(before.data, after.data) and not torch.allclose(after.data, doubled.data)
