@@ -59,7 +59,7 @@ class Compaction:
         if mask is not None and mask.size(0) == self.B:
             mask = mask.index_select(0, self.rows)
         g = _new(x.data.index_select(0, self.rows), mask, x.dims, x._zero)
-        self.cache[id(x)] = (x, g, g.data._version)
+        self.cache[id(x)] = (x, g, g.data, g.data._version)
         return g
 
     def expand(self, x):
@@ -83,8 +83,8 @@ class Compaction:
     def check(self):
         """Raise if a gathered copy was changed in place (the change would
         never reach the full-batch value)."""
-        for x, g, version in self.cache.values():
-            if g.data._version != version:
+        for x, g, data, version in self.cache.values():
+            if g.data is not data or data._version != version:
                 raise RuntimeError(
                     f"{self.description} runs compacted (@batch(compact=...)) and a value it "
                     f"read was changed in place (an in-place op, x[...] = v or inplace=True); "

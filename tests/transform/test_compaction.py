@@ -205,3 +205,22 @@ def test_a_full_batch_value_that_escapes_the_gather_names_compaction():
     x = MaskedBatch.fromlist([torch.tensor([[v]]) for v in (0.5, 2.5, 1.0)], dims=(False,))
     with pytest.raises(ValueError, match="live lanes of 3"):
         f(x)
+
+
+def bump_subscript(h):
+    h[:, 0] = h[:, 0] + 1.0   # writes into the caller's variable (per example: the same object)
+    return h.sum()
+
+
+def calls_a_writer(x):
+    h = x * 1.0
+    while h.sum() < 3:
+        s = bump_subscript(h)
+        h = h + s * 0
+    return h
+
+
+def test_a_callee_writing_into_a_gathered_value_raises():
+    x = MaskedBatch.fromlist([torch.tensor([[v, 0.0]]) for v in (0.0, 2.5, 1.0)], dims=(False,))
+    with pytest.raises(RuntimeError, match="changed in place"):
+        batch(calls_a_writer, compact=1.0)(x)
