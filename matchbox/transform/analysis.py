@@ -77,9 +77,8 @@ def local_names(fdef):
     return (param_names(fdef) | assigned_names(fdef.body)) - declared_outer(fdef)
 
 
-def _names(node, ctx=None):
-    return {n.id for n in walk_scope(node) if isinstance(n, ast.Name)
-            and (ctx is None or isinstance(n.ctx, ctx))}
+def _names(node):
+    return {n.id for n in walk_scope(node) if isinstance(n, ast.Name)}
 
 
 def _target_names(target):
