@@ -23,7 +23,7 @@ call (see :func:`lstm`).
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .._lanes import batch_size_hint
+from .._lanes import active_lanes, batch_size_hint
 from . import _registry
 from ._registry import is_mb, keep, new, real_mask, register
 
@@ -36,7 +36,7 @@ def _operands(opname, tensors):
     result mask (or None), and the (B, 1) mask of real lanes (or None)."""
     batches = [t for t in tensors if is_mb(t)]
     B = batches[0].data.size(0)
-    datas, mask, real = [], None, None
+    datas, mask = [], None
     names = ["input"] + [f"hidden state {i}" for i in range(len(tensors) - 1)]
     for name, t in zip(names, tensors):
         if is_mb(t):
@@ -51,11 +51,8 @@ def _operands(opname, tensors):
                     f"x.unbind(1) and feed each (1, features) step)")
             if t.data.size(0) != B:
                 raise ValueError(f"{opname}: batch sizes differ ({B} vs {t.data.size(0)})" + batch_size_hint())
-            if t._mask is not None:
+            if t._mask is not None and t._mask is not mask:
                 mask = t._mask if mask is None else mask & t._mask
-            r = real_mask(t)
-            if r is not None:
-                real = r if real is None else real & r
             datas.append(t.data)
         elif isinstance(t, torch.Tensor):
             if t.dim() != 2 or t.size(0) not in (1, B):
@@ -65,11 +62,9 @@ def _operands(opname, tensors):
             datas.append(t.expand(B, t.size(1)) if t.size(0) != B else t)
         else:
             raise TypeError(f"{opname}: the {name} must be a Tensor or MaskedBatch, got {type(t).__name__}")
-    if real is None:
-        from .._lanes import active_lanes
-        lanes = active_lanes()
-        if lanes is not None:
-            real = lanes.view(-1, 1)
+    real, lanes = mask, active_lanes()
+    if lanes is not None:
+        real = lanes.view(-1, 1) if mask is None else mask & lanes.view(-1, 1)
     return datas, mask, real
 
 
