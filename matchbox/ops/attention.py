@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from .._lanes import batch_size_hint
-from ._registry import canon_mask, is_mb, keep, neutralize, new, real_mask, register
+from ._registry import (canon_mask, check_same_lengths, is_mb, keep, neutralize, new, real_mask,
+                        register)
 
 __all__ = ["SeqFirst", "scaled_dot_product_attention", "multi_head_attention_forward"]
 
@@ -104,13 +105,6 @@ def _real_positions(x, d):
         return None
     other = [i for i in range(1, m.dim()) if i != d]
     return m.any(dim=other) if other else m
-
-
-def _lengths_match(a, da, b, db, op, what):
-    if (a.dims[da - 1] or b.dims[db - 1]) and not torch.equal(a._lengths(da), b._lengths(db)):
-        raise ValueError(
-            f"{op}: {what} have different per-example lengths: "
-            f"{a._lengths(da).tolist()} vs {b._lengths(db).tolist()}")
 
 
 def _check_block(mask, Lq, Lk, op, name):
@@ -197,9 +191,9 @@ def _batch_mask(m, q, k, s, op):
     if n < 3 or n > q.data.dim():
         raise ValueError(f"{op}: a MaskedBatch attn_mask must be (1, [heads,] Lq, Lk) per example")
     if m.dims[-2]:
-        _lengths_match(m, n - 2, q, s, op, "attn_mask rows and queries")
+        check_same_lengths(m, n - 2, q, s, f"{op} (attn_mask rows and queries)")
     if m.dims[-1]:
-        _lengths_match(m, n - 1, k, s, op, "attn_mask columns and keys")
+        check_same_lengths(m, n - 1, k, s, f"{op} (attn_mask columns and keys)")
     data = _fit(neutralize(m, 0), (q.data.size(s), k.data.size(s)))
     return data.view((data.size(0),) + (1,) * (q.data.dim() - n) + tuple(data.shape[1:]))
 
@@ -225,7 +219,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if is_causal and attn_mask is not None:
         raise RuntimeError(f"{op}: Explicit attn_mask should not be set when is_causal=True")
     s = ndim - 2  # the sequence dim
-    _lengths_match(k, s, v, s, op, "key and value")
+    check_same_lengths(k, s, v, s, f"{op} (key and value)")
     Lq, Lk = q.data.size(s), k.data.size(s)
     q_real, k_real = _real_positions(q, s), _real_positions(k, s)
     user = attn_mask
@@ -333,7 +327,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     for t, n in ((q, "query"), (k, "key"), (v, "value")):
         if t.data.dim() != 3 or t.dims[1]:
             raise ValueError(f"{op}: each {n} example must be (1, L, E) with static E")
-    _lengths_match(k, 1, v, 1, op, "key and value")
+    check_same_lengths(k, 1, v, 1, f"{op} (key and value)")
     B, L, S, H = q.data.size(0), q.data.size(1), k.data.size(1), num_heads
     dtype = q.dtype
     q_real, k_real = _real_positions(q, 1), _real_positions(k, 1)
@@ -343,7 +337,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         bias = bias + _mha_attn_mask(attn_mask, B, H, L, S, dtype, op)
     if key_padding_mask is not None:
         if is_mb(key_padding_mask) and key_padding_mask.dims[0]:
-            _lengths_match(key_padding_mask, 1, k, 1, op, "key_padding_mask and keys")
+            check_same_lengths(key_padding_mask, 1, k, 1, f"{op} (key_padding_mask and keys)")
         bias = bias + _mha_kpm(key_padding_mask, B, S, dtype, op).view(-1, 1, 1, S)
     bias = bias.expand(B, H, L, S)
     pad_rows = None if q_real is None else ~q_real.view(B, 1, -1, 1)
