@@ -171,17 +171,21 @@ def on_real_rows(x, m, fn, k=1):
     zero gradient; and no work is spent on them.  ``m`` must be 1 along the
     last ``k`` dims.  The rows are found with ``nonzero``, which waits for
     the device (see ``gathers_rows``).  The gathered rows are kept on ``x``,
-    so ops that share an input (attention's q, k and v) gather it once."""
+    so ops that share an input (attention's q, k and v) gather it once; not
+    for a leaf that requires grad, which outlives a backward pass that
+    frees the gather's graph."""
     data = x.data
     lead = data.shape[:data.dim() - k]
-    key = (m, k, data, data._version)  # x[i] = v replaces x.data; in-place ops bump its version
+    # x[i] = v replaces x.data, in-place ops bump its version; no_grad gathers have no graph
+    key = (data._version, k, torch.is_grad_enabled())
     hit = x._rows
-    if hit is not None and all(a is b for a, b in zip(hit[:3], key[:3])) and hit[3] == key[3]:
-        rows, real = hit[4], hit[5]
+    if hit is not None and hit[0] is m and hit[1] is data and hit[2] == key:
+        rows, real = hit[3], hit[4]
     else:
         rows = m.expand(lead + m.shape[len(lead):]).reshape(-1).nonzero().squeeze(1)
         real = data.reshape((lead.numel(),) + data.shape[len(lead):]).index_select(0, rows)
-        x._rows = key + (rows, real)
+        if not (data.requires_grad and data.is_leaf):
+            x._rows = (m, data, key, rows, real)
     y = fn(real)
     out = y.new_zeros((lead.numel(),) + y.shape[1:]).index_copy_(0, rows, y)
     return out.view(lead + y.shape[1:])

@@ -171,3 +171,20 @@ def test_gathered_rows_follow_changes_of_the_data(row_strategy):
     want = [lin(e) for e in x.examples()]
     assert all(torch.allclose(a, b) for a, b in zip(doubled.examples(), want))
     assert not torch.allclose(before.data, after.data) and not torch.allclose(after.data, doubled.data)
+
+
+def test_a_reused_input_gets_gradients_every_time():
+    """An input that requires grad is used in several forward passes, one
+    of them under no_grad: each backward reaches it."""
+    x = zero_padded()
+    x.requires_grad_()
+    lin = nn.Linear(4, 2)
+    grads = []
+    for grad_mode in (True, False, True, True):
+        with torch.set_grad_enabled(grad_mode):
+            out = lin(x)
+        if grad_mode:
+            x.data.grad = None
+            sum(e.sum() for e in out.examples()).backward()
+            grads.append(x.data.grad.clone())
+    assert all(torch.equal(g, grads[0]) for g in grads) and grads[0].abs().sum() > 0
