@@ -66,13 +66,14 @@ class MaskedBatch:
     """A batch of ``B`` examples with the same number of dimensions and
     per-example sizes along the dynamic ones.  See SPEC section 2."""
 
-    # _zero: True when every entry outside _mask is known to be exactly 0
-    # (set by rules that zero their padding, kept by ops that map 0 to 0), so
-    # rules that need zero padding skip re-masking; False means "unknown".
+    # _zero_at: (data, its version) when every entry outside _mask was known
+    # to be exactly 0 (set by rules that zero their padding, kept by ops that
+    # map 0 to 0), so rules that need zero padding skip re-masking; None means
+    # "unknown".  Read it as the property _zero.
     # _listed: set by @batch's list append on the items it stores, as
     # (lanes that hold the item, per-lane list length up to the item or None)
     # _rows: the real rows gathered by ops.on_real_rows, kept for the next op
-    __slots__ = ("data", "_mask", "dims", "_zero", "_rows", "_listed", "__weakref__")
+    __slots__ = ("data", "_mask", "dims", "_zero_at", "_rows", "_listed", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None):
         if not isinstance(data, torch.Tensor):
@@ -113,15 +114,28 @@ class MaskedBatch:
                         raise ValueError(
                             f"mask along dynamic dimension {i + 1} is not a prefix: each "
                             f"example's real data must start at index 0 with no gaps")
-        self.data, self._mask, self.dims, self._zero, self._rows = data, mask, dims, False, None
+        self.data, self._mask, self.dims, self._zero_at, self._rows = data, mask, dims, None, None
 
     @classmethod
     def _new(cls, data, mask, dims, zero=False):
         """Unchecked constructor used by op rules on their hot paths; ``zero``
         promises that ``data`` is 0 wherever ``mask`` is False."""
         self = object.__new__(cls)
-        self.data, self._mask, self.dims, self._zero, self._rows = data, mask, dims, zero, None
+        self.data, self._mask, self.dims, self._rows = data, mask, dims, None
+        self._zero_at = (data, data._version) if zero else None
         return self
+
+    @property
+    def _zero(self):
+        """True when every entry outside the mask is known to be exactly 0:
+        promised when the data was made, and the data is the same tensor,
+        not changed in place since (``x.data.add_(1)`` voids the promise)."""
+        z = self._zero_at
+        return z is not None and z[0] is self.data and z[1] == self.data._version
+
+    @_zero.setter
+    def _zero(self, flag):
+        self._zero_at = (self.data, self.data._version) if flag else None
 
     # ------------------------------------------------------------ dispatch
     @classmethod

@@ -188,3 +188,19 @@ def test_a_reused_input_gets_gradients_every_time():
             sum(e.sum() for e in out.examples()).backward()
             grads.append(x.data.grad.clone())
     assert all(torch.equal(g, grads[0]) for g in grads) and grads[0].abs().sum() > 0
+
+
+def test_changing_the_data_voids_the_promise():
+    x = zero_padded()
+    x.data.add_(1.0)               # padding is 1 now
+    assert not x._zero
+    y = zero_padded()
+    y.data = y.data + 1.0          # another tensor
+    assert not y._zero
+    x, k = zero_padded(), zero_padded(seed=1)
+    x.data.add_(1.0)
+    k.data.add_(1.0)
+    # the contraction over the dynamic dim must not see the padding
+    got = (x.transpose(1, 2) @ k).examples()
+    want = [a.transpose(1, 2) @ b for a, b in zip(x.examples(), k.examples())]
+    assert all(torch.allclose(g, w) for g, w in zip(got, want))
