@@ -21,6 +21,7 @@ __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
     "tensor_methods", "register_distinct", "canon_mask", "keep", "on_real_rows", "gathers_rows",
+    "scatter_rows",
 ]
 
 _INSTALLED = set()
@@ -163,6 +164,12 @@ def gathers_rows(t):
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
+def scatter_rows(y, rows, n):
+    """``y`` (one row per entry of ``rows``) put at those rows of ``n`` rows
+    of zeros."""
+    return y.new_zeros((n,) + y.shape[1:]).index_copy_(0, rows, y)
+
+
 def on_real_rows(x, m, fn, k=1):
     """``fn`` (a function of rows: ``(n, *row) -> (n, *out_row)``) applied to
     the rows of ``x.data`` (its last ``k`` dims) that ``m`` marks real,
@@ -187,8 +194,7 @@ def on_real_rows(x, m, fn, k=1):
         if not (data.requires_grad and data.is_leaf):
             x._rows = (m, data, key, rows, real)
     y = fn(real)
-    out = y.new_zeros((lead.numel(),) + y.shape[1:]).index_copy_(0, rows, y)
-    return out.view(lead + y.shape[1:])
+    return scatter_rows(y, rows, lead.numel()).view(lead + y.shape[1:])
 
 
 def neutralize(x, fill):

@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .._lanes import active_lanes, batch_size_hint
 from . import _registry
-from ._registry import is_mb, keep, new, real_mask, register
+from ._registry import is_mb, keep, new, real_mask, register, scatter_rows
 
 __all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell",
            "lstm", "gru", "rnn_tanh", "rnn_relu"]
@@ -76,8 +76,7 @@ def _run(cell, datas, mask, real):
     elif _registry.gathers_rows(datas[0]):
         rows = real.reshape(-1).nonzero().squeeze(1)
         outs = cell(*(d.index_select(0, rows) for d in datas))
-        outs = tuple(o.new_zeros((real.size(0),) + o.shape[1:]).index_copy_(0, rows, o)
-                     for o in outs)
+        outs = tuple(scatter_rows(o, rows, real.size(0)) for o in outs)
     else:
         outs = cell(*(keep(real, d, 0) for d in datas))
         outs = tuple(keep(real, o, 0) for o in outs)

@@ -20,6 +20,7 @@ are rebound before every read.  An in-place change to a gathered copy would
 be lost, so it raises instead (the check runs at every loop test).
 """
 from ..core import MaskedBatch
+from ..ops._registry import scatter_rows
 
 _new = MaskedBatch._new
 
@@ -65,16 +66,16 @@ class Compaction:
     def expand(self, x):
         """A compacted MaskedBatch as a full-batch one (0 and mask False in
         the other lanes, which callers replace)."""
-        def scatter(t):
-            return t.new_zeros((self.B,) + t.shape[1:]).index_copy_(0, self.rows, t)
-        mask = None if x._mask is None else scatter(x._mask.expand((self.n,) + x._mask.shape[1:]))
-        return _new(scatter(x.data), mask, x.dims, x._zero)
+        mask = x._mask
+        if mask is not None:
+            mask = scatter_rows(mask.expand((self.n,) + mask.shape[1:]), self.rows, self.B)
+        return _new(scatter_rows(x.data, self.rows, self.B), mask, x.dims, x._zero)
 
     def lanes(self, lanes):
         """Full-batch lanes for the live lanes' ``lanes`` (None: all live)."""
         if lanes is None:
             return self.alive
-        return lanes.new_zeros(self.B).index_copy_(0, self.rows, lanes)
+        return scatter_rows(lanes, self.rows, self.B)
 
     def widen(self, c):
         """A loop test computed on the live lanes, as a full-batch value."""
