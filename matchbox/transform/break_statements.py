@@ -14,8 +14,7 @@ The loop is marked so a lane leaves it once its flag is set; the loop's
 import ast
 
 from . import templates
-from .analysis import LOOPS, jumps_of_loop
-from .jumps import JumpGuard, add_exit_flag
+from .jumps import add_exit_flag, loop_guard
 
 
 class _Breaks(ast.NodeTransformer):
@@ -29,18 +28,12 @@ class _Breaks(ast.NodeTransformer):
 
     def _loop(self, node):
         self.generic_visit(node)  # inner loops first: they own their breaks
-        if not jumps_of_loop(node.body, ast.Break):
+        guard = loop_guard(self.ctx, node, ast.Break, "break_")
+        if guard is None:
             return node
-        flag = self.ctx.namer.new("break_")
-        guard = JumpGuard(
-            flag, lambda s: isinstance(s, ast.Break),
-            lambda s: templates.replace("flag = True", s, flag=flag),
-            lambda s: not isinstance(s, LOOPS) and jumps_of_loop(s, ast.Break)
-            or isinstance(s, LOOPS) and jumps_of_loop(s.orelse, ast.Break),
-            into_loops=False)
         node.body = guard.block(node.body)
-        add_exit_flag(node, flag)
-        return templates.replace("flag = False", node, flag=flag) + [node]
+        add_exit_flag(node, guard.flag)
+        return templates.replace("flag = False", node, flag=guard.flag) + [node]
 
     visit_While = visit_For = _loop
 

@@ -11,8 +11,7 @@ top of every iteration, guarding the rest of the body.
 import ast
 
 from . import templates
-from .analysis import LOOPS, jumps_of_loop
-from .jumps import JumpGuard
+from .jumps import loop_guard
 
 
 class _Continues(ast.NodeTransformer):
@@ -26,16 +25,10 @@ class _Continues(ast.NodeTransformer):
 
     def _loop(self, node):
         self.generic_visit(node)
-        if not jumps_of_loop(node.body, ast.Continue):
+        guard = loop_guard(self.ctx, node, ast.Continue, "continue_")
+        if guard is None:
             return node
-        flag = self.ctx.namer.new("continue_")
-        guard = JumpGuard(
-            flag, lambda s: isinstance(s, ast.Continue),
-            lambda s: templates.replace("flag = True", s, flag=flag),
-            lambda s: not isinstance(s, LOOPS) and jumps_of_loop(s, ast.Continue)
-            or isinstance(s, LOOPS) and jumps_of_loop(s.orelse, ast.Continue),
-            into_loops=False)
-        node.body = templates.replace("flag = False", node.body[0], flag=flag) + guard.block(node.body)
+        node.body = templates.replace("flag = False", node.body[0], flag=guard.flag) + guard.block(node.body)
         return node
 
     visit_While = visit_For = _loop

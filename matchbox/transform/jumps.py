@@ -9,6 +9,7 @@ effect is carried per lane by ordinary (masked) assignments.
 import ast
 
 from . import templates
+from .analysis import LOOPS, jumps_of_loop
 
 
 class JumpGuard:
@@ -55,6 +56,21 @@ class JumpGuard:
             for h in s.handlers:
                 h.body = self.block(h.body)
         return [s]
+
+
+def loop_guard(ctx, loop, kind, prefix):
+    """For a loop whose own body holds a ``kind`` jump (Break / Continue): a
+    JumpGuard over a new flag named from ``prefix`` that turns those jumps
+    into ``flag = True`` (jumps of nested loops are theirs); else None."""
+    if not jumps_of_loop(loop.body, kind):
+        return None
+    flag = ctx.namer.new(prefix)
+    return JumpGuard(
+        flag, lambda s: isinstance(s, kind),
+        lambda s: templates.replace("flag = True", s, flag=flag),
+        lambda s: not isinstance(s, LOOPS) and jumps_of_loop(s, kind)
+        or isinstance(s, LOOPS) and jumps_of_loop(s.orelse, kind),
+        into_loops=False)
 
 
 def add_exit_flag(loop, flag):
