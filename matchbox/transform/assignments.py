@@ -20,38 +20,25 @@ import ast
 
 from . import templates
 from .analysis import declared_outer, param_names
+from .passes import Pass
 
 _OPS = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=",
         ast.Mod: "%=", ast.Pow: "**=", ast.MatMult: "@=", ast.BitAnd: "&=", ast.BitOr: "|=",
         ast.BitXor: "^=", ast.LShift: "<<=", ast.RShift: ">>="}
 
 
-class _Assignments(ast.NodeTransformer):
+class _Assignments(Pass):
     def __init__(self, ctx):
-        self.ctx, self.depth, self.assigned = ctx, 0, set()
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
-    def _region(self, nodes):
-        self.depth += 1
-        try:
-            return [r for n in nodes for r in _as_list(self.visit(n))]
-        finally:
-            self.depth -= 1
-
-    def _plain(self, nodes):
-        return [r for n in nodes for r in _as_list(self.visit(n))]
+        super().__init__(ctx)
+        self.assigned = set()
 
     def visit_If(self, node):
-        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
         return node
 
     def visit_While(self, node):
         # a loop's else runs after it, guarded by its exit flags: a region too
-        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
         return node
 
     def visit_For(self, node):
@@ -67,14 +54,14 @@ class _Assignments(ast.NodeTransformer):
         return self.visit_While(node)
 
     def visit_With(self, node):
-        node.body = self._plain(node.body)
+        node.body = self.statements(node.body)
         return node
 
     def visit_Try(self, node):
-        node.body, node.orelse = self._plain(node.body), self._plain(node.orelse)
-        node.finalbody = self._plain(node.finalbody)
+        node.body, node.orelse = self.statements(node.body), self.statements(node.orelse)
+        node.finalbody = self.statements(node.finalbody)
         for h in node.handlers:
-            h.body = self._plain(h.body)
+            h.body = self.statements(h.body)
         return node
 
     # ---------------------------------------------------------------- targets
@@ -135,13 +122,9 @@ class _Assignments(ast.NodeTransformer):
         return node
 
 
-def _as_list(x):
-    return x if isinstance(x, list) else [x]
-
-
 def transform(fdef, ctx):
     tr = _Assignments(ctx)
-    body = [r for s in fdef.body for r in _as_list(tr.visit(s))]
+    body = tr.statements(fdef.body)
     init = sorted(tr.assigned - param_names(fdef) - declared_outer(fdef))
     pre = []
     for name in init:

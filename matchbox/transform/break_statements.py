@@ -15,17 +15,10 @@ import ast
 
 from . import templates
 from .jumps import add_exit_flag, loop_guard
+from .passes import Pass
 
 
-class _Breaks(ast.NodeTransformer):
-    def __init__(self, ctx):
-        self.ctx = ctx
-
-    def visit_FunctionDef(self, node):
-        return node  # nested functions are not rewritten
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
+class _Breaks(Pass):
     def _loop(self, node):
         self.generic_visit(node)  # inner loops first: they own their breaks
         guard = loop_guard(self.ctx, node, ast.Break, "break_")
@@ -39,9 +32,5 @@ class _Breaks(ast.NodeTransformer):
 
 
 def transform(fdef, ctx):
-    fdef.body = [s for stmt in fdef.body for s in _as_list(_Breaks(ctx).visit(stmt))]
+    fdef.body = _Breaks(ctx).statements(fdef.body)
     return fdef
-
-
-def _as_list(x):
-    return x if isinstance(x, list) else [x]

@@ -14,18 +14,15 @@ import ast
 
 from . import templates
 from .analysis import local_names
+from .passes import Pass
 
 _ITER_BUILTINS = {"range": "range_", "enumerate": "enumerate_", "zip": "zip_", "reversed": "reversed_"}
 
 
-class _Calls(ast.NodeTransformer):
+class _Calls(Pass):
     def __init__(self, ctx, names):
-        self.ctx, self.names = ctx, names
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+        super().__init__(ctx)
+        self.names = names
 
     def visit_Expr(self, node):
         self.generic_visit(node)
@@ -52,5 +49,5 @@ class _Calls(ast.NodeTransformer):
 
 def transform(fdef, ctx):
     tr = _Calls(ctx, local_names(fdef))
-    fdef.body = [tr.visit(s) for s in fdef.body]
+    fdef.body = tr.statements(fdef.body)
     return fdef

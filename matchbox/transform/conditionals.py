@@ -15,16 +15,12 @@ no lane takes.  ``a if c else b`` -> ``_mb.if_exp(c, lambda: a, lambda: b)``.
 import ast
 
 from . import templates
+from .passes import Pass
 
 
-class _Conditionals(ast.NodeTransformer):
-    def __init__(self, ctx):
-        self.ctx = ctx
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+class _Conditionals(Pass):
+    # a conditional expression inside a lambda is per example too
+    visit_Lambda = ast.NodeTransformer.generic_visit
 
     def visit_If(self, node):
         self.generic_visit(node)
@@ -55,9 +51,5 @@ class _Conditionals(ast.NodeTransformer):
 
 def transform(fdef, ctx):
     tr = _Conditionals(ctx)
-    fdef.body = [r for s in fdef.body for r in _as_list(tr.visit(s))]
+    fdef.body = tr.statements(fdef.body)
     return fdef
-
-
-def _as_list(x):
-    return x if isinstance(x, list) else [x]

@@ -12,17 +12,10 @@ import ast
 
 from . import templates
 from .jumps import loop_guard
+from .passes import Pass
 
 
-class _Continues(ast.NodeTransformer):
-    def __init__(self, ctx):
-        self.ctx = ctx
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
+class _Continues(Pass):
     def _loop(self, node):
         self.generic_visit(node)
         guard = loop_guard(self.ctx, node, ast.Continue, "continue_")
@@ -35,5 +28,5 @@ class _Continues(ast.NodeTransformer):
 
 
 def transform(fdef, ctx):
-    fdef.body = [_Continues(ctx).visit(s) for s in fdef.body]
+    fdef.body = _Continues(ctx).statements(fdef.body)
     return fdef

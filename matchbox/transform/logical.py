@@ -9,17 +9,10 @@ values the calls keep Python's short-circuit semantics.
 import ast
 
 from . import templates
+from .passes import Pass
 
 
-class _Tests(ast.NodeTransformer):
-    def __init__(self, ctx):
-        self.ctx = ctx
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
+class _Tests(Pass):
     def lower(self, test):
         rt = self.ctx.runtime
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -42,5 +35,5 @@ class _Tests(ast.NodeTransformer):
 
 
 def transform(fdef, ctx):
-    fdef.body = [_Tests(ctx).visit(s) for s in fdef.body]
+    fdef.body = _Tests(ctx).statements(fdef.body)
     return fdef

@@ -21,17 +21,10 @@ import ast
 
 from . import templates
 from .analysis import walk_scope
+from .passes import Pass
 
 
-class _Loops(ast.NodeTransformer):
-    def __init__(self, ctx):
-        self.ctx = ctx
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
+class _Loops(Pass):
     def _description(self, kind, node):
         return ast.Constant(f"{kind} loop at {self.ctx.origin.filename}:{node.lineno} "
                             f"(in {self.ctx.fn_name})")
@@ -94,12 +87,8 @@ class _Loops(ast.NodeTransformer):
 
 def transform(fdef, ctx):
     tr = _Loops(ctx)
-    fdef.body = [r for s in fdef.body for r in _as_list(tr.visit(s))]
+    fdef.body = tr.statements(fdef.body)
     return fdef
-
-
-def _as_list(x):
-    return x if isinstance(x, list) else [x]
 
 
 def _stores_into_subscripts(body):

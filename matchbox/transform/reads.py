@@ -12,16 +12,16 @@ import ast
 
 from . import templates
 from .analysis import local_names
+from .passes import Pass
 
 
-class _Reads(ast.NodeTransformer):
+class _Reads(Pass):
+    # a lambda's reads run where it is called, inside the region
+    visit_Lambda = ast.NodeTransformer.generic_visit
+
     def __init__(self, ctx, names):
-        self.ctx, self.names, self.depth = ctx, names, 0
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+        super().__init__(ctx)
+        self.names = names
 
     def _gate(self, node):
         return templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=node)
@@ -94,28 +94,21 @@ class _Reads(ast.NodeTransformer):
         node.target = self._target(node.target)
         return node
 
-    def _region(self, nodes):
-        self.depth += 1
-        try:
-            return [r for n in nodes for r in _as_list(self.visit(n))]
-        finally:
-            self.depth -= 1
-
     def visit_If(self, node):
         node.test = self.visit(node.test)
-        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
         return node
 
     def visit_While(self, node):
         self.depth += 1
         node.test = self.visit(node.test)
         self.depth -= 1
-        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
         return node
 
     def visit_For(self, node):
         node.iter = self.visit(node.iter)
-        node.body, node.orelse = self._region(node.body), self._region(node.orelse)
+        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
         return node
 
     def visit_IfExp(self, node):
@@ -126,11 +119,7 @@ class _Reads(ast.NodeTransformer):
         return node
 
 
-def _as_list(x):
-    return x if isinstance(x, list) else [x]
-
-
 def transform(fdef, ctx):
     tr = _Reads(ctx, local_names(fdef))
-    fdef.body = [tr.visit(s) for s in fdef.body]
+    fdef.body = tr.statements(fdef.body)
     return fdef
