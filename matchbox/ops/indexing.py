@@ -34,6 +34,16 @@ T = torch.Tensor
 
 
 # ------------------------------------------------------------------ the gather core
+def _in_range(index, bad, check, message):
+    """``index`` with its out-of-range entries (``bad``) set to 0, after
+    raising IndexError, worded by ``message(position)``, for the first of
+    them that ``check`` marks real (None: all are)."""
+    hit = bad if check is None else bad & check
+    if bool(hit.any()):
+        raise IndexError(message(tuple(int(j) for j in hit.nonzero()[0])))
+    return torch.where(bad, torch.zeros_like(index), index)
+
+
 def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     """Per example b, the entries ``index[b, :]`` along dim ``p`` of ``x``;
     dim ``p`` is replaced by dims of sizes ``shape`` (``()`` drops it).
@@ -53,13 +63,9 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     if idx_mask is not None:
         im = idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
         check = im if check is None else check & im
-    hit = bad if check is None else bad & check
-    if bool(hit.any()):
-        b, k = (int(i) for i in hit.nonzero()[0])
-        raise IndexError(
-            f"{op}: index {int(orig[b, k])} is out of range for dimension {p} of example {b}, "
-            f"which has size {int(length[b, 0])}")
-    index = torch.where(bad, torch.zeros_like(index), index)
+    index = _in_range(index, bad, check, lambda k: (
+        f"{op}: index {int(orig[k])} is out of range for dimension {p} of example {k[0]}, "
+        f"which has size {int(length[k[0], 0])}"))
     data = gather_line(x.data, p, index)
     if check is not None:
         keep = (~bad & check).view([B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.data.dim() - p - 1))
@@ -234,12 +240,8 @@ def _index_shared_tensor(t, index):
     i = torch.where(raw < 0, raw + n, raw)
     bad = (i < 0) | (i >= n)
     m = real_mask(idx)
-    hit = bad if m is None else bad & m
-    if bool(hit.any()):
-        k = tuple(int(j) for j in hit.nonzero()[0])
-        raise IndexError(f"index {int(raw[k])} is out of range for dimension 0 with size {n} "
-                         f"(example {k[0]})")
-    i = torch.where(bad, torch.zeros_like(i), i)
+    i = _in_range(i, bad, m, lambda k: (
+        f"index {int(raw[k])} is out of range for dimension 0 with size {n} (example {k[0]})"))
     data = t[(i,) + tuple(rest)]
     if m is not None:
         keep = m.expand(i.shape).reshape(i.shape + (1,) * (data.dim() - i.dim()))
@@ -344,12 +346,9 @@ def gather(input, dim, index, *, sparse_grad=False):
     check = None if present is None else present.view([B] + [1] * (ix.dim() - 1))
     if im is not None:
         check = im if check is None else check & im
-    hit = bad if check is None else bad & check
-    if bool(hit.any()):
-        k = tuple(int(i) for i in hit.nonzero()[0])
-        raise IndexError(f"gather: index {int(ix[k])} is out of range for dimension {d} of "
-                         f"example {k[0]}, which has size {int(length.reshape(-1)[k[0]])}")
-    ix = torch.where(bad, torch.zeros_like(ix), ix)
+    ix = _in_range(ix, bad, check, lambda k: (
+        f"gather: index {int(ix[k])} is out of range for dimension {d} of example {k[0]}, "
+        f"which has size {int(length.reshape(-1)[k[0]])}"))
     data = x.data
     grow = [max(0, ix.size(j) - data.size(j)) for j in range(ix.dim())]
     if any(g for j, g in enumerate(grow) if j != d):
