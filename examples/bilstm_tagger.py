@@ -22,15 +22,13 @@ directions of context.
 
 Run:  python -m examples.bilstm_tagger [--steps 100 --batch-size 32 --hidden 64 --layers 1]
 """
-import time
-
 import torch
 import torch.nn as nn
 
 import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch
-from examples.common import progress, run_main
+from examples.common import run_main, train_loop
 
 
 @matchbox.batch
@@ -156,16 +154,7 @@ def train(model, batches, lr):
     """One pass of Adam over ``batches`` of ``(*inputs, tags)`` with
     ``model.loss``; returns (losses, seconds)."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses, start = [], time.perf_counter()
-    bar = progress(batches, "train")
-    for batch in bar:
-        opt.zero_grad()
-        loss = model.loss(*batch)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        bar.note(f"loss {losses[-1]:.3f}")
-    return losses, time.perf_counter() - start
+    return train_loop(opt, batches, lambda batch: model.loss(*batch))
 
 
 def summary(losses, seconds, **metrics):

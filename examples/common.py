@@ -1,4 +1,5 @@
-"""What every example script shares: a progress bar and a command line.
+"""What every example script shares: a progress bar, a training loop and a
+command line.
 
 No third-party progress library: the bar is a dozen lines and the examples
 stay runnable with nothing but torch installed.
@@ -23,6 +24,24 @@ def run_main(main, doc, **defaults):
     args = vars(p.parse_args())
     torch.set_num_threads(args.pop("threads"))
     return main(**args)
+
+
+def train_loop(opt, items, loss_of, after_step=None):
+    """One optimizer step per item of ``items``: ``loss_of(item)``, backward,
+    ``opt.step()`` (then ``after_step()``, e.g. a learning-rate schedule),
+    under a progress bar showing the loss.  Returns (losses, seconds)."""
+    losses, start = [], time.perf_counter()
+    bar = progress(items, "train")
+    for item in bar:
+        loss = loss_of(item)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if after_step is not None:
+            after_step()
+        losses.append(loss.item())
+        bar.note(f"loss {losses[-1]:.3f}")
+    return losses, time.perf_counter() - start
 
 
 def progress(iterable, desc="", total=None, every=0.1):

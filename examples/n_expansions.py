@@ -18,7 +18,6 @@ number of steps, and values and gradients equal per-example runs.
 Run: ``python -m examples.n_expansions [--steps N] [--batch-size B] [--seed S]``.
 """
 import itertools
-import time
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +26,7 @@ from torch.utils.data import DataLoader
 
 import matchbox
 import matchbox.functional as F
-from examples.common import progress, run_main
+from examples.common import run_main, train_loop
 from matchbox.data import BucketBatchSampler, collate
 
 
@@ -133,20 +132,14 @@ def main(steps=80, batch_size=32, seed=0, lr=3e-3, config=None):
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     data = make_data(count=512, features=model.config.features, seed=seed)
     batches = _batches(data, batch_size, seed)
-    start_time = time.perf_counter()
-    bar = progress(range(steps), "train")
-    losses, expansions = [], []
-    for step in bar:
+    expansions = []
+
+    def loss_of(step):
         nodes, target = next(batches)
         pred, n = model(nodes)
-        loss = F.mse_loss(pred, target)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
         expansions.append(mean_expansions(n))
-        bar.note(f"loss {loss.item():.3f}")
-    seconds = time.perf_counter() - start_time
+        return F.mse_loss(pred, target)
+    losses, seconds = train_loop(opt, range(steps), loss_of)
     window = max(1, min(10, steps // 4))
     start, final = sum(losses[:window]) / window, sum(losses[-window:]) / window
     mean_n = sum(expansions) / len(expansions)

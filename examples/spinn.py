@@ -26,14 +26,13 @@ embedding, linear, chunk, cat; cross_entropy over the batch.
 Run:  python -m examples.spinn [--steps 60] [--batch-size 64] [--seed 0] [--threads 1]
 """
 import random
-import time
 
 import torch
 import torch.nn as nn
 
 import matchbox
 import matchbox.functional as F
-from examples.common import progress, run_main
+from examples.common import run_main, train_loop
 from matchbox import MaskedBatch
 
 SHIFT, REDUCE = 0, 1
@@ -136,16 +135,11 @@ def main(steps=60, batch_size=64, max_leaves=6, lr=0.01, seed=0, eval_size=256):
         return loss, acc
 
     start_loss, start_acc = evaluate()
-    t0 = time.perf_counter()
-    bar = progress(range(steps), "train")
-    for step in bar:
+
+    def loss_of(step):
         words, trans, values = make_batch(make_data(batch_size, max_leaves, seed * 1000 + 7 + step))
-        loss = F.cross_entropy(model(words, trans), values)   # mean over the batch
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        bar.note(f"loss {loss.item():.3f}")
-    seconds = time.perf_counter() - t0
+        return F.cross_entropy(model(words, trans), values)   # mean over the batch
+    _, seconds = train_loop(opt, range(steps), loss_of)
     end_loss, end_acc = evaluate()
     print(f"final: loss {end_loss:.3f} (start {start_loss:.3f}), root accuracy {100 * end_acc:.1f}% "
           f"(start {100 * start_acc:.1f}%, majority value {100 * base:.1f}%), {batch_size} expressions/batch, "

@@ -36,7 +36,7 @@ import torch.nn as nn
 import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch
-from examples.common import progress, run_main
+from examples.common import run_main, train_loop
 
 BOS, EOS = 0, 1   # special tokens; ordinary symbols are 2 .. vocab - 1
 FIRST = 2
@@ -205,18 +205,12 @@ def main(steps=150, batch_size=64, d_model=64, heads=4, layers=2, vocab=12, min_
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 30))
     train = make_data(steps * batch_size, vocab, min_len, max_len, seed=seed + 1)
-    first = None
-    bar = progress(range(steps), "train")
-    for step in bar:
+
+    def loss_of(step):
         src, tgt_in, tgt_out = make_batch(train[step * batch_size:(step + 1) * batch_size], device)
         # classes in dim 1 per example; the mean is over every real target token of the batch
-        loss = F.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        warmup.step()
-        first = loss.item() if first is None else first
-        bar.note(f"loss {loss.item():.3f}")
+        return F.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out)
+    losses, _ = train_loop(opt, range(steps), loss_of, after_step=warmup.step)
     train_secs = time.perf_counter() - start
 
     test = make_data(test_size, vocab, min_len, max_len, seed=seed + 2)
@@ -227,10 +221,10 @@ def main(steps=150, batch_size=64, d_model=64, heads=4, layers=2, vocab=12, min_
         decoded = greedy_decode(model, src, max_len + 2).examples()
     seq_acc, tok_acc = accuracy([d.cpu() for d in decoded], test)
     secs = time.perf_counter() - start
-    print(f"final: loss {loss.item():.3f} (start {first:.3f}), held-out loss {test_loss:.3f}, "
+    print(f"final: loss {losses[-1]:.3f} (start {losses[0]:.3f}), held-out loss {test_loss:.3f}, "
           f"greedy decodes {100 * seq_acc:.1f}% sequences / {100 * tok_acc:.1f}% tokens right, "
           f"{batch_size} pairs/batch, train {train_secs:.1f} s, decode {secs - train_secs:.1f} s")
-    return {"loss": loss.item(), "start_loss": first, "test_loss": test_loss,
+    return {"loss": losses[-1], "start_loss": losses[0], "test_loss": test_loss,
             "seq_acc": seq_acc, "tok_acc": tok_acc, "seconds": secs}
 
 

@@ -29,14 +29,13 @@ index (``x[:, i]``), embedding, linear, chunk, cross_entropy with
 Run:  python -m examples.tree_lstm [--steps 30] [--batch-size 32] [--seed 0] [--threads 1]
 """
 import random
-import time
 
 import torch
 import torch.nn as nn
 
 import matchbox
 import matchbox.functional as F
-from examples.common import progress, run_main
+from examples.common import run_main, train_loop
 from matchbox import MaskedBatch
 
 VOCAB, CLASSES = 20, 3
@@ -156,16 +155,10 @@ def main(steps=30, batch_size=32, max_leaves=7, lr=0.02, seed=0, eval_size=256):
             return [v.item() for v in node_metrics(model, test)]
 
     start_loss, start_acc = evaluate()
-    t0 = time.perf_counter()
-    bar = progress(range(steps), "train")
-    for step in bar:
-        batch = make_batch(make_data(batch_size, max_leaves, seed * 1000 + 7 + step))
-        loss, _ = node_metrics(model, batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        bar.note(f"loss {loss.item():.3f}")
-    seconds = time.perf_counter() - t0
+
+    def loss_of(step):
+        return node_metrics(model, make_batch(make_data(batch_size, max_leaves, seed * 1000 + 7 + step)))[0]
+    _, seconds = train_loop(opt, range(steps), loss_of)
     end_loss, end_acc = evaluate()
     base = majority_rate(test_trees)
     print(f"final: node loss {end_loss:.3f} (start {start_loss:.3f}), node accuracy "
