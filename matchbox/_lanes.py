@@ -1,18 +1,42 @@
 """Per-context execution-lane state.
 
 Inside ``@batch`` control flow some examples (lanes) are dormant.  The mask of
-active lanes lives in a :class:`contextvars.ContextVar`, so every thread and
-every asyncio task sees its own; it is never a module global.  Op rules that
+active lanes lives in per-thread storage (:class:`threading.local`), so every
+thread sees its own; it is never a module global.  Not a
+:class:`contextvars.ContextVar`: torch.compile cannot trace ``ContextVar.get``
+and would break the graph at every op rule that reads the lanes.  The state is
+set and reset within one synchronous ``@batch`` call, so per thread is per
+call.  Op rules that
 could raise or poison gradients for a dormant lane (an index out of range, a
 ``log`` of a negative number) read it with :func:`active_lanes`.
 """
+import threading
 from contextlib import contextmanager
-from contextvars import ContextVar
 
-_ACTIVE = ContextVar("matchbox_active_lanes", default=None)
+
+class _Slot:
+    """A per-thread variable with ContextVar's ``get``/``set``/``reset``
+    (``set`` returns the token that ``reset`` restores: the old value)."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def get(self):
+        return getattr(self._local, "value", None)
+
+    def set(self, value):
+        token = self.get()
+        self._local.value = value
+        return token
+
+    def reset(self, token):
+        self._local.value = token
+
+
+_ACTIVE = _Slot()
 # the compaction of the @batch while loop running on its live lanes only
 # (transform/compaction.py), or None
-_COMPACT = ContextVar("matchbox_compaction", default=None)
+_COMPACT = _Slot()
 
 
 def active_lanes():

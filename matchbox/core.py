@@ -129,9 +129,11 @@ class MaskedBatch:
     def _zero(self):
         """True when every entry outside the mask is known to be exactly 0:
         promised when the data was made, and the data is the same tensor,
-        not changed in place since (``x.data.add_(1)`` voids the promise)."""
+        not changed in place since (``x.data.add_(1)`` voids the promise).
+        Never under torch.compile, which cannot follow tensor versions."""
         z = self._zero_at
-        return z is not None and z[0] is self.data and z[1] == self.data._version
+        return z is not None and z[0] is self.data and not torch.compiler.is_compiling() \
+            and z[1] == self.data._version
 
     @_zero.setter
     def _zero(self, flag):

@@ -142,8 +142,9 @@ def keep(m, data, fill=0):
     On CPU torch.where costs several ns per entry; when ``m`` marks whole
     rows (its trailing dims are 1s, as padding masks over static feature
     dims are), index_fill over the False rows is 2-3x faster, forward and
-    backward."""
-    if data.device.type == "cpu" and data.is_floating_point() and m.dim() == data.dim():
+    backward (not under torch.compile: finding the rows breaks the graph)."""
+    if data.device.type == "cpu" and data.is_floating_point() and m.dim() == data.dim() \
+            and not torch.compiler.is_compiling():
         k = m.dim()
         while k and m.size(k - 1) == 1:
             k -= 1
@@ -153,6 +154,23 @@ def keep(m, data, fill=0):
             out = data.reshape(lead.numel(), -1).index_fill(0, false_rows, fill)
             return out.view(data.shape)
     return torch.where(m, data, torch.as_tensor(fill, dtype=data.dtype, device=data.device))
+
+
+def fail_if(bad, error, summary):
+    """Raise ``error(first)`` when the bool Tensor ``bad`` holds anywhere
+    (``first``: the index tuple of its first True entry, for the message).
+
+    On CPU, eagerly, the check happens now.  Under torch.compile and on GPU
+    it is queued with the work instead (``torch._assert_async``): no graph
+    break and no host-device sync, as torch's own kernels check indices.
+    A failure then raises a RuntimeError with the static ``summary`` when
+    the device reaches it; running eagerly on CPU names the example."""
+    if bad.device.type == "cpu" and not torch.compiler.is_compiling():
+        if bool(bad.any()):
+            raise error(tuple(int(j) for j in bad.nonzero()[0]))
+        return
+    torch._assert_async(~bad.any(), f"{summary} (matchbox checks this on the device; run "
+                                    f"eagerly on CPU to see which example)")
 
 
 def gathers_rows(t):
@@ -230,10 +248,10 @@ def check_same_lengths(a, da, b, db, op):
     if ma is None and mb_ is None and na == nb:
         return
     la, lb = a._lengths(da), b._lengths(db)
-    if not torch.equal(la, lb):
-        raise ValueError(
-            f"{op}: per-example lengths differ between {_describe(a, da)} and "
-            f"{_describe(b, db)}: {la.tolist()} vs {lb.tolist()}")
+    fail_if(la != lb, lambda _: ValueError(
+        f"{op}: per-example lengths differ between {_describe(a, da)} and "
+        f"{_describe(b, db)}: {la.tolist()} vs {lb.tolist()}"),
+        f"{op}: per-example lengths differ between operands")
 
 
 def _pad_dim(data, d, n):
@@ -293,11 +311,11 @@ def align(args, op="op"):
                 elif data.size(d) != 1:
                     # a static dim of size s meets a dynamic one: every example
                     # of the dynamic side must have exactly s entries there
-                    lens = first._lengths(fd)
-                    if not bool((lens == data.size(d)).all()):
-                        raise ValueError(
-                            f"{op}: static size {data.size(d)} of one operand meets "
-                            f"{_describe(first, fd)} whose examples have sizes {lens.tolist()}")
+                    lens, s = first._lengths(fd), data.size(d)
+                    fail_if(lens != s, lambda _: ValueError(
+                        f"{op}: static size {s} of one operand meets "
+                        f"{_describe(first, fd)} whose examples have sizes {lens.tolist()}"),
+                        f"{op}: a static size {s} meets a dynamic dimension of other sizes")
             if off:
                 data = data.reshape((B,) + (1,) * off + tuple(data.shape[1:]))
                 if mask is not None:

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.modules.utils import _ntuple
 
 from .._lanes import active_lanes
-from ._registry import is_mb, neutralize, new, register, register_distinct
+from ._registry import fail_if, is_mb, neutralize, new, register, register_distinct
 
 __all__ = ["conv", "conv_transpose", "max_pool", "avg_pool", "adaptive_avg_pool",
            "adaptive_max_pool", "pad", "box_mask"]
@@ -97,11 +97,10 @@ def _check_sizes(op, lens, outs, why=_SHORT):
         if out is None:
             continue
         bad = out < 1 if lanes is None else (out < 1) & lanes
-        if bool(bad.any()):
-            b = int(bad.nonzero()[0])
-            raise ValueError(
-                f"{op}: example {b} has size {int(ln[b])} along spatial dim {i}, which gives "
-                f"an empty output (size {int(out[b])}); {why}")
+        fail_if(bad, lambda b: ValueError(
+            f"{op}: example {b[0]} has size {int(ln[b])} along spatial dim {i}, which gives "
+            f"an empty output (size {int(out[b])}); {why}"),
+            f"{op}: an example gives an empty output along spatial dim {i}; {why}")
 
 
 def _finish(x, out, outs, dims=None):

@@ -27,20 +27,20 @@ entries of active lanes.
 import torch
 
 from .._lanes import active_lanes
-from ._registry import align, canon_mask, is_mb, new, norm_dim, real_mask, register_distinct
+from ._registry import align, canon_mask, fail_if, is_mb, new, norm_dim, real_mask, register_distinct
 from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
 
 T = torch.Tensor
 
 
 # ------------------------------------------------------------------ the gather core
-def _in_range(index, bad, check, message):
+def _in_range(index, bad, check, message, summary):
     """``index`` with its out-of-range entries (``bad``) set to 0, after
-    raising IndexError, worded by ``message(position)``, for the first of
+    raising IndexError, worded by ``message(position)`` (``summary`` where
+    the check runs on the device, see ``fail_if``), for the first of
     them that ``check`` marks real (None: all are)."""
-    hit = bad if check is None else bad & check
-    if bool(hit.any()):
-        raise IndexError(message(tuple(int(j) for j in hit.nonzero()[0])))
+    fail_if(bad if check is None else bad & check, lambda first: IndexError(message(first)),
+            summary)
     return torch.where(bad, torch.zeros_like(index), index)
 
 
@@ -65,7 +65,7 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
         check = im if check is None else check & im
     index = _in_range(index, bad, check, lambda k: (
         f"{op}: index {int(orig[k])} is out of range for dimension {p} of example {k[0]}, "
-        f"which has size {int(length[k[0], 0])}"))
+        f"which has size {int(length[k[0], 0])}"), f"{op}: an index is out of range for dimension {p}")
     data = gather_line(x.data, p, index)
     if check is not None:
         keep = (~bad & check).view([B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.data.dim() - p - 1))
@@ -241,7 +241,8 @@ def _index_shared_tensor(t, index):
     bad = (i < 0) | (i >= n)
     m = real_mask(idx)
     i = _in_range(i, bad, m, lambda k: (
-        f"index {int(raw[k])} is out of range for dimension 0 with size {n} (example {k[0]})"))
+        f"index {int(raw[k])} is out of range for dimension 0 with size {n} (example {k[0]})"),
+        f"an index is out of range for dimension 0 with size {n}")
     data = t[(i,) + tuple(rest)]
     if m is not None:
         keep = m.expand(i.shape).reshape(i.shape + (1,) * (data.dim() - i.dim()))
@@ -306,10 +307,9 @@ def narrow(x, dim, start, length):
     got = y._lengths(d)
     check = lanes_present(x)
     bad = got != length if check is None else (got != length) & check
-    if bool(bad.any()):
-        b = int(bad.nonzero()[0])
-        raise IndexError(f"narrow({dim}, {start}, {length}): example {b} has only "
-                         f"{int(x._lengths(d)[b])} entries along dimension {d}")
+    fail_if(bad, lambda b: IndexError(f"narrow({dim}, {start}, {length}): example {b[0]} has "
+                                      f"only {int(x._lengths(d)[b])} entries along dimension {d}"),
+            f"narrow({dim}, {start}, {length}): an example has too few entries along dimension {d}")
     data = y.data.narrow(d, 0, length) if y.data.size(d) >= length else y.data
     mask = y._mask.narrow(d, 0, min(length, y._mask.size(d))).all(d, keepdim=True)
     return new(data, canon_mask(mask, data.shape, dims), dims)
@@ -338,9 +338,9 @@ def gather(input, dim, index, *, sparse_grad=False):
             li = idx_b._lengths(j) if idx_b is not None else torch.full_like(x._lengths(j), ix.size(j))
             lx = x._lengths(j)
             over = li > lx if present is None else (li > lx) & present
-            if bool(over.any()):
-                raise ValueError(f"gather: index is larger than input along dimension {j} "
-                                 f"({li.tolist()} vs {lx.tolist()})")
+            fail_if(over, lambda _: ValueError(f"gather: index is larger than input along "
+                                               f"dimension {j} ({li.tolist()} vs {lx.tolist()})"),
+                    f"gather: index is larger than input along dimension {j}")
     length = x._lengths(d).view([B] + [1] * (ix.dim() - 1))
     bad = (ix < 0) | (ix >= length)
     check = None if present is None else present.view([B] + [1] * (ix.dim() - 1))
@@ -348,7 +348,7 @@ def gather(input, dim, index, *, sparse_grad=False):
         check = im if check is None else check & im
     ix = _in_range(ix, bad, check, lambda k: (
         f"gather: index {int(ix[k])} is out of range for dimension {d} of example {k[0]}, "
-        f"which has size {int(length.reshape(-1)[k[0]])}"))
+        f"which has size {int(length.reshape(-1)[k[0]])}"), f"gather: an index is out of range for dimension {d}")
     data = x.data
     grow = [max(0, ix.size(j) - data.size(j)) for j in range(ix.dim())]
     if any(g for j, g in enumerate(grow) if j != d):

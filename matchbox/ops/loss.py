@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn import _reduction as _Reduction
 
 from .._lanes import active_lanes, batch_size_hint
-from ._registry import align, canon_mask, is_mb, keep, new, register
+from ._registry import align, canon_mask, fail_if, is_mb, keep, new, register
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"]
@@ -106,10 +106,11 @@ def _line_up_spatial(x, t, opname):
                     f"dimension {dt} has size {t.data.size(dt)}")
             continue
         lx, lt = x.lengths(dx), t.lengths(dt)
-        if not torch.equal(lx, lt):
-            raise ValueError(
-                f"{opname}: per-example sizes differ between input dimension {dx} and target "
-                f"dimension {dt}: {lx.tolist()} vs {lt.tolist()}")
+        fail_if(lx != lt, lambda _: ValueError(
+            f"{opname}: per-example sizes differ between input dimension {dx} and target "
+            f"dimension {dt}: {lx.tolist()} vs {lt.tolist()}"),
+            f"{opname}: per-example sizes differ between input dimension {dx} and target "
+            f"dimension {dt}")
         n = min(x.data.size(dx), t.data.size(dt))
         x.narrow(dx, n)
         t.narrow(dt, n)

@@ -13,7 +13,7 @@ import torch
 
 from .. import _lanes
 from .._lanes import batch_size_hint
-from ._registry import check_same_lengths, is_mb, keep, neutralize, new, register
+from ._registry import check_same_lengths, fail_if, is_mb, keep, neutralize, new, register
 
 T = torch.Tensor
 
@@ -71,11 +71,11 @@ def _meet(x, i, y, j, op, broadcast):
         if broadcast and s == 1:
             return
         lens = dyn.o._lengths(dyn.src[di])
-        if not bool((lens == s).all()):
-            raise ValueError(
-                f"{op}: dimension {dyn.src[di]} of a MaskedBatch operand is dynamic with "
-                f"per-example sizes {lens.tolist()} but meets a static size {s} of the other "
-                f"operand; per example the sizes must match")
+        fail_if(lens != s, lambda _: ValueError(
+            f"{op}: dimension {dyn.src[di]} of a MaskedBatch operand is dynamic with "
+            f"per-example sizes {lens.tolist()} but meets a static size {s} of the other "
+            f"operand; per example the sizes must match"),
+            f"{op}: a dynamic dimension meets a static size {s} that some example lacks")
         if dyn.size(di) > s:
             dyn.narrow(di, s)
 

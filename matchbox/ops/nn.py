@@ -91,12 +91,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     m = real_mask(input)
     if m is not None:
         idx = torch.where(m, idx, torch.zeros((), dtype=idx.dtype, device=idx.device))
-    bad = (idx < 0) | (idx >= num)
-    if bool(bad.any()):
-        first = bad.nonzero()[0].tolist()
-        raise IndexError(
-            f"embedding: index {int(idx[tuple(first)])} out of range for an embedding with "
-            f"{num} rows (example {first[0]}, position {first[1:]})")
+    _registry.fail_if((idx < 0) | (idx >= num), lambda first: IndexError(
+        f"embedding: index {int(idx[first])} out of range for an embedding with "
+        f"{num} rows (example {first[0]}, position {list(first[1:])})"),
+        f"embedding: an index is out of range for an embedding with {num} rows")
     if max_norm is not None:
         with torch.no_grad():
             real_idx = idx if m is None else idx[m.expand_as(idx)]

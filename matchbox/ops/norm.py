@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .._lanes import active_lanes
-from ._registry import is_mb, keep, new, real_mask, register
+from ._registry import fail_if, is_mb, keep, new, real_mask, register
 
 __all__ = ["batch_norm", "instance_norm", "group_norm"]
 
@@ -118,10 +118,9 @@ def _check_counts(count, op, what):
     bad = count.squeeze(1) <= 1
     if lanes is not None:
         bad = bad & lanes
-    if bool(bad.any()):
-        b = int(bad.nonzero()[0])
-        raise ValueError(f"{op}: example {b} has {int(count[b])} {what}; expected more than 1 "
-                         f"(the per-example {op} raises too)")
+    fail_if(bad, lambda b: ValueError(f"{op}: example {b[0]} has {int(count[b[0]])} {what}; "
+                                      f"expected more than 1 (the per-example {op} raises too)"),
+            f"{op}: an example has at most 1 of its {what}")
 
 
 # ------------------------------------------------------------------ instance norm

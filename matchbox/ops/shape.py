@@ -44,7 +44,7 @@ import operator
 
 import torch
 
-from ._registry import (_pad_dim, canon_mask, is_mb, neutralize, new, norm_dim, real_mask,
+from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, neutralize, new, norm_dim, real_mask,
                         register_distinct)
 from .helpers import helper
 from ..core import MaskedBatch
@@ -102,10 +102,10 @@ def _check_lengths(a, da, b, db, op):
     for p in (lanes_present(a, False), lanes_present(b, False)):
         if p is not None:
             bad = bad & p
-    if bool(bad.any()):
-        raise ValueError(
-            f"{op}: per-example sizes differ along dimension {da} ({la.tolist()}) and "
-            f"dimension {db} ({lb.tolist()}) of the inputs; they must match in every example")
+    fail_if(bad, lambda _: ValueError(
+        f"{op}: per-example sizes differ along dimension {da} ({la.tolist()}) and "
+        f"dimension {db} ({lb.tolist()}) of the inputs; they must match in every example"),
+        f"{op}: per-example sizes differ along dimension {da} and dimension {db} of the inputs")
 
 
 def _sizes(sizes):
@@ -591,7 +591,7 @@ def unbind(x, dim=0):
     if not x.dims[d - 1]:
         m = x._mask.squeeze(d)
         return tuple(new(t, m, dims) for t in datas)
-    return Steps(new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d))).of(x, d)
+    return Steps([new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d))]).of(x, d)
 
 
 class Steps(tuple):

@@ -12,7 +12,7 @@ median picks each example's own middle index.
 import torch
 
 from .._lanes import active_lanes
-from ._registry import new, norm_dim, real_mask, register_distinct
+from ._registry import fail_if, new, norm_dim, real_mask, register_distinct
 from .reduction import _Reduction, _fill_value
 
 T = torch.Tensor
@@ -37,24 +37,19 @@ def _sorted(x, dim, descending, op):
     return values, indices, d
 
 
-def _active_lengths(x, d):
-    """Lengths along ``d`` of the examples in active lanes (all outside @batch)."""
-    lengths, lanes = x._lengths(d), active_lanes()
-    return lengths if lanes is None else lengths[lanes]
-
-
 def _check_k(x, d, k, op):
     """Every real, active example must have at least ``k`` entries along ``d``."""
+    n = x.data.size(d)
+    if not 1 <= k <= n:
+        raise RuntimeError(f"{op}: k={k} is out of range for dimension {d} of size {n}")
     if not x.dims[d - 1]:
-        if not 1 <= k <= x.data.size(d):
-            raise RuntimeError(f"{op}: k={k} is out of range for dimension {d} of size "
-                               f"{x.data.size(d)}")
         return
-    short = _active_lengths(x, d)
-    if k < 1 or bool((short < k).any()):
-        raise RuntimeError(
-            f"{op}: k={k} is out of range for an example with only {int(short.min())} "
-            f"entries along dynamic dimension {d}; every example needs at least k")
+    lengths, lanes = x._lengths(d), active_lanes()
+    short = lengths < k if lanes is None else (lengths < k) & lanes
+    fail_if(short, lambda b: RuntimeError(
+        f"{op}: k={k} is out of range for example {b[0]}, which has only {int(lengths[b])} "
+        f"entries along dynamic dimension {d}; every example needs at least k"),
+        f"{op}: k={k} is out of range for an example along dynamic dimension {d}")
 
 
 @register_distinct(torch.sort, T.sort)

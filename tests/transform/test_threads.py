@@ -1,6 +1,9 @@
 """The execution mask is per thread: one @batch function runs from four
 threads at once on different batches, each result equal to its own
-per-example runs."""
+per-example runs.  And per async task: a @batch call sets and resets the
+mask with no await inside (``await`` is refused in @batch code), so tasks
+that interleave between calls never see each other's lanes."""
+import asyncio
 import threading
 
 import torch
@@ -51,3 +54,19 @@ def test_four_threads():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_interleaved_async_tasks():
+    async def work(seed):
+        g = torch.Generator().manual_seed(seed)
+        xs = [torch.randn(1, 1, generator=g, dtype=torch.float64) * 3 for _ in range(3 + seed)]
+        for _ in range(4):
+            out = stepper(MaskedBatch.fromlist(xs, (False,))).examples()
+            for x, o in zip(xs, out):
+                torch.testing.assert_close(o, reference(x))
+            await asyncio.sleep(0)  # let the other tasks run between calls
+
+    async def main():
+        await asyncio.gather(*(work(s) for s in range(3)))
+
+    asyncio.run(main())
