@@ -5,7 +5,10 @@ is plain per-thread storage, row gathering and known-zero padding step aside,
 and the per-example checks run on the device (``_registry.fail_if``).  The
 ``aot_eager`` backend traces forward and backward without generating
 kernels, so the tests stay fast.  The control-flow side is in
-tests/transform/test_compile.py."""
+tests/transform/test_compile.py.
+
+The same property on GPU, eagerly: a training step makes no host-device
+sync (``torch.cuda.set_sync_debug_mode("error")`` raises on one)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -69,3 +72,19 @@ def test_compiled_length_check_still_refuses_mismatched_examples():
     torch.testing.assert_close(f(a, a), torch.tensor([3.0, 2.0]))  # per example
     with pytest.raises(RuntimeError, match="lengths differ"):
         f(a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_transformer_step_on_gpu_never_waits_for_the_device():
+    torch.manual_seed(0)
+    model = Transformer(vocab=11, d_model=8, heads=2, layers=1, d_ff=16, max_len=8).cuda()
+    pairs = [tuple(x.cuda() for x in p) for p in _pairs((3, 1, 5), 11, seed=0)]
+    batches = [MaskedBatch.fromlist(list(xs), dims=(True,)) for xs in zip(*pairs)]
+    _loss(model, *batches).backward()  # warm-up (lazy CUDA init may sync)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss = _loss(model, *batches)
+        loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(loss, sum(_loss(model, *p) for p in pairs))

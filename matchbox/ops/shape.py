@@ -44,8 +44,8 @@ import operator
 
 import torch
 
-from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, neutralize, new, norm_dim, real_mask,
-                        register_distinct)
+from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, neutralize, new, norm_dim,
+                        prefix_mask, real_mask, register_distinct)
 from .helpers import helper
 from ..core import MaskedBatch
 from .attention import SeqFirst
@@ -572,8 +572,8 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
             dynamic = False
         else:
             ones = torch.ones(ref.data.size(0), dtype=torch.bool, device=ref.data.device)
-            pres = [ones if p is None else p for p in pres]
-            dynamic = not all(torch.equal(pres[0], p) for p in pres[1:])
+            pres = torch.stack([ones if p is None else p for p in pres])
+            dynamic = not bool((pres == pres[:1]).all())  # one host read, not one per element
     return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
 
 
@@ -608,6 +608,11 @@ class Steps(tuple):
     def per_example_reversed(self):
         x, d = self._source
         return unbind(torch.flip(x, (d,)), d)
+
+    def presences(self):
+        """``(B, n)`` bool: which examples hold each step."""
+        x, d = self._source
+        return prefix_mask(x, d)
 
 
 @register_distinct(torch.split, T.split)

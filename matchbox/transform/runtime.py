@@ -131,6 +131,25 @@ def _combine(outer, c):
     return c if outer is None else outer & c
 
 
+# The lanes of every lane (where the active lanes are None), for _within.
+_ALL = "all lanes"
+
+
+def _within(lanes, outer):
+    """Whether every lane of ``lanes`` is known to be in ``outer`` (each a
+    lanes Tensor or _ALL) without reading the device: ``outer`` is all
+    lanes, or ``lanes`` was made inside it (a loop's iteration inside the
+    previous one, a branch inside its surroundings: ``_inside``)."""
+    return outer is _ALL or lanes is outer or getattr(lanes, "_mb_within", None) is outer
+
+
+def _inside(lanes, outer):
+    """Record that ``lanes`` (a fresh Tensor) lies within ``outer`` (lanes
+    or None for all)."""
+    lanes._mb_within = _ALL if outer is None else outer
+    return lanes
+
+
 def and_(a, b_thunk):
     """``a and b`` in a condition; ``b`` runs only for lanes where ``a``."""
     ca = cond(a)
@@ -164,7 +183,7 @@ def _narrow(c):
     """Set the active lanes to the current ones AND ``c``; return the token
     and whether any lane is active."""
     outer = active_lanes()
-    lanes = _combine(outer, c)
+    lanes = c if outer is None else _inside(outer & c, outer)
     n = int(lanes.sum())
     if outer is None and n == lanes.numel():
         lanes = None  # every lane takes the branch: no masking needed
@@ -410,14 +429,15 @@ def setattr_(obj, name, value):
 
 # ------------------------------------------------------------------ lists
 # An item that @batch's ``append`` stores in a list is a MaskedBatch tagged
-# with ``_listed = (presence, counts)``: the lanes in which the item exists,
-# and, on the list's last item only, each lane's list length so far.
+# with ``_listed = (presence, counts, full)``: the lanes in which the item
+# exists, and, on the list's last item only, each lane's list length so far
+# and (None if unknown) the lanes whose list holds every item (_ALL: all).
 def _listed(x):
     return getattr(x, "_listed", None) if isinstance(x, MaskedBatch) else None
 
 
-def _tag(x, presence, counts=None):
-    x._listed = (presence, counts)
+def _tag(x, presence, counts=None, full=None):
+    x._listed = (presence, counts, full)
     return x
 
 
@@ -459,14 +479,18 @@ def _append(lst, value):
     if lanes is None and last is None:
         lst.append(value)
         return None
+    own = _ALL if lanes is None else lanes
     if lanes is None:
         lanes = torch.ones_like(last[0])
     counts = _lane_counts(lst, lanes.size(0), lanes.device)
     grown = counts + lanes.long()
-    if bool(((counts == len(lst)) | ~lanes).all()):
+    if last is None or (last[2] is not None and _within(own, last[2])) \
+            or bool(((counts == len(lst)) | ~lanes).all()):
         # every active lane holds every item so far (a loop over a dynamic
-        # dim, the common case): the value is a new last item
-        lst.append(_tag(_with_lanes(value, lanes, lst[0] if lst else None), lanes, grown))
+        # dim, the common case): the value is a new last item.  Known
+        # without reading the device when the lanes lie within the last
+        # append's (the next iteration of the loop that made them).
+        lst.append(_tag(_with_lanes(value, lanes, lst[0] if lst else None), lanes, grown, own))
         return None
     active_counts = counts[lanes]
     if active_counts.numel() == 0:
@@ -517,7 +541,7 @@ class _Loop:
         c = cond(c)
         if isinstance(c, bool):
             return c
-        lanes = _combine(self.alive, c)
+        lanes = _inside(_combine(self.alive, c), self.alive)
         n = int(lanes.sum())
         if self.alive is None and n == lanes.numel():
             return True
@@ -628,7 +652,10 @@ class for_loop(_Loop):
         self.iterable, self.extra = iterable, extra
 
     def __iter__(self):
-        for item, p in lane_items(self.iterable):
+        steps = _Steps.of(self.iterable)
+        items = lane_items(self.iterable) if steps is None else zip(self.iterable, steps.lanes)
+        last = self.alive  # the lanes of the last iteration that ran
+        for t, (item, p) in enumerate(items):
             _ACTIVE.set(self.alive)
             self._tick()
             if self.extra is not None and not self._narrow_alive(self.extra()):
@@ -637,14 +664,37 @@ class for_loop(_Loop):
                 _ACTIVE.set(self.alive)
             else:
                 lanes = _combine(self.alive, p)
-                n = int(lanes.sum())
+                n = steps.counts[t] if steps is not None and self.alive is None else int(lanes.sum())
                 if n == 0:
                     continue
+                if steps is not None and steps.shrinking:
+                    _inside(lanes, last)
                 # every lane active: no masked work at all in this iteration
-                _ACTIVE.set(None if n == lanes.numel() else lanes)
+                last = None if n == lanes.numel() else lanes
+                _ACTIVE.set(last)
                 item = _lane_masks_dropped(item)
             yield item
         _ACTIVE.set(self.alive)
+
+
+class _Steps:
+    """The lanes of each step of ``x.unbind(d)`` over a dynamic dim and
+    their counts, read with one host transfer for the whole loop instead of
+    one per iteration.  Masks are prefixes, so each step's lanes lie within
+    the last one's (``shrinking``; checked in the same transfer): appends
+    in the loop then know, without reading the device, that every active
+    lane holds every item so far."""
+
+    def __init__(self, presences):  # (B, T) bool
+        self.lanes = presences.t().unbind(0)
+        shrinking = (presences[:, 1:] <= presences[:, :-1]).all()
+        host = torch.cat([presences.sum(0), shrinking.long().view(1)]).tolist()
+        self.counts, self.shrinking = host[:-1], bool(host[-1])
+
+    @classmethod
+    def of(cls, iterable):
+        presences = getattr(iterable, "presences", None)
+        return None if presences is None else cls(presences())
 
 
 def _lane_vector(x):

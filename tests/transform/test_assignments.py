@@ -90,8 +90,63 @@ def collect(x):
     return F.stack(outs, 1)
 
 
+@batch
+def collect_mixed(x):
+    """One list fed at the loop's level and in a branch: after a branch
+    append the next step's lanes are not known to hold every item, so
+    append must look (an append that trusts the loop's shrinking lanes
+    would put items at the wrong per-example positions)."""
+    outs = []
+    for x_t in reversed(x.unbind(1)):
+        outs.append(x_t * 2.0)
+        if x_t.sum() > 0:
+            outs.append(torch.tanh(x_t))
+    return F.stack(outs, 1)
+
+
+@batch
+def third_item(x):
+    """``outs[2]``: each example's own third item, wherever its earlier
+    items came from."""
+    outs = [x[:, 0] * 1.0]
+    for x_t in x.unbind(1):
+        if x_t.sum() > 0:
+            outs.append(torch.tanh(x_t))
+        outs.append(x_t * 2.0)
+    return outs[2]
+
+
+def test_items_keep_per_example_positions():
+    """Examples 0 and 2 append in the branch at step 0, example 1 does not:
+    example 1's third item is its step-1 item, at list position 2 though
+    the others' step-1 items are at position 3."""
+    xs = [torch.tensor([[[1.0], [2.0], [3.0]]]), torch.tensor([[[-1.0], [-2.0]]]),
+          torch.tensor([[[4.0], [-5.0]]])]
+    out = third_item(MaskedBatch.fromlist(xs, (True, False))).examples()
+    for x, o in zip(xs, out):
+        torch.testing.assert_close(o, third_item(MaskedBatch.fromlist([x], (True, False))).examples()[0])
+    torch.testing.assert_close(out[1], torch.tensor([[-4.0]]))
+
+
+@batch
+def collect_while(x):
+    """Appends in a while loop whose lanes shrink, some in a branch."""
+    h = x.sum(1) * 1.0
+    outs = [h]
+    n = 0
+    while h.abs().sum() < 4 and n < 6:
+        h = h * 1.5 + 0.3
+        if h.sum() > 1:
+            outs.append(h.sin())
+        outs.append(h)
+        n += 1
+    return F.stack(outs, 1)
+
+
 @pytest.mark.parametrize("lengths", LENGTHS)
 @pytest.mark.parametrize("f,specs", [
+    (collect_mixed, (SEQ,)),
+    (collect_while, (SEQ,)),
     (augmented, (SCALAR, SCALAR)),
     (tuple_unpacking, (SCALAR, SCALAR)),
     (chained, (SCALAR,)),
