@@ -73,7 +73,8 @@ class MaskedBatch:
     # _listed: set by @batch's list append on the items it stores, as
     # (lanes that hold the item, per-lane list length up to the item or None)
     # _rows: the real rows gathered by ops.on_real_rows, kept for the next op
-    __slots__ = ("data", "_mask", "dims", "_zero_at", "_rows", "_listed", "__weakref__")
+    # _cut: lanes whose gradient @batch's read cuts (see the data property)
+    __slots__ = ("_data", "_cut", "_mask", "dims", "_zero_at", "_rows", "_listed", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None):
         if not isinstance(data, torch.Tensor):
@@ -114,16 +115,41 @@ class MaskedBatch:
                         raise ValueError(
                             f"mask along dynamic dimension {i + 1} is not a prefix: each "
                             f"example's real data must start at index 0 with no gaps")
-        self.data, self._mask, self.dims, self._zero_at, self._rows = data, mask, dims, None, None
+        self._data, self._cut, self._mask, self.dims = data, None, mask, dims
+        self._zero_at = self._rows = None
 
     @classmethod
     def _new(cls, data, mask, dims, zero=False):
         """Unchecked constructor used by op rules on their hot paths; ``zero``
         promises that ``data`` is 0 wherever ``mask`` is False."""
         self = object.__new__(cls)
-        self.data, self._mask, self.dims, self._rows = data, mask, dims, None
+        self._data, self._cut, self._mask, self.dims, self._rows = data, None, mask, dims, None
         self._zero_at = (data, data._version) if zero else None
         return self
+
+    @classmethod
+    def _read(cls, x, lanes):
+        """``x`` as @batch's ``read`` gives it inside a masked region: the
+        gradient of its dormant lanes (False in ``lanes``) is cut, so what
+        they compute there adds none.  The cut (a ``where`` against a
+        detached copy) is made when the data is first used; rules that
+        never read dormant lanes (the RNN cells) use ``_data`` and skip it."""
+        self = cls._new(x.data, x._mask, x.dims)
+        self._cut = lanes
+        return self
+
+    @property
+    def data(self):
+        """The padded data Tensor ``(B, ...)``."""
+        if self._cut is not None:
+            d, lanes = self._data, self._cut
+            self._data = torch.where(lanes.view((-1,) + (1,) * (d.dim() - 1)), d, d.detach())
+            self._cut = None
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        self._data, self._cut = value, None
 
     @property
     def _zero(self):
@@ -161,9 +187,9 @@ class MaskedBatch:
     def mask(self):
         if self._mask is not None:
             return self._mask
-        shape = [self.data.size(0)] + [
-            s if d else 1 for s, d in zip(self.data.shape[1:], self.dims)]
-        return torch.ones(shape, dtype=torch.bool, device=self.data.device)
+        shape = [self._data.size(0)] + [
+            s if d else 1 for s, d in zip(self._data.shape[1:], self.dims)]
+        return torch.ones(shape, dtype=torch.bool, device=self._data.device)
 
     @property
     def padded(self):
@@ -172,9 +198,9 @@ class MaskedBatch:
 
     def _lengths(self, d):
         """LongTensor ``(B,)`` of per-example sizes along data dimension d."""
-        B = self.data.size(0)
+        B = self._data.size(0)
         if self._mask is None or not self.dims[d - 1]:
-            return torch.full((B,), self.data.size(d), dtype=torch.long, device=self.data.device)
+            return torch.full((B,), self._data.size(d), dtype=torch.long, device=self._data.device)
         m = self._mask
         other = [i for i in range(1, m.dim()) if i != d]
         if other:
@@ -184,23 +210,23 @@ class MaskedBatch:
     # ------------------------------------------------------------ sizes
     @property
     def batch_size(self):
-        return self.data.size(0)
+        return self._data.size(0)
 
     @property
     def device(self):
-        return self.data.device
+        return self._data.device
 
     @property
     def dtype(self):
-        return self.data.dtype
+        return self._data.dtype
 
     @property
     def is_cuda(self):
-        return self.data.is_cuda
+        return self._data.is_cuda
 
     @property
     def requires_grad(self):
-        return self.data.requires_grad
+        return self._data.requires_grad
 
     @property
     def is_nested(self):
@@ -218,26 +244,26 @@ class MaskedBatch:
         return None if g is None else MaskedBatch._new(g, self._mask, self.dims)
 
     def dim(self):
-        return self.data.dim()
+        return self._data.dim()
 
     def is_floating_point(self):
-        return self.data.is_floating_point()
+        return self._data.is_floating_point()
 
     def is_complex(self):
-        return self.data.is_complex()
+        return self._data.is_complex()
 
     def element_size(self):
-        return self.data.element_size()
+        return self._data.element_size()
 
     def get_device(self):
-        return self.data.get_device()
+        return self._data.get_device()
 
     @property
     def ndim(self):
-        return self.data.dim()
+        return self._data.dim()
 
     def _norm_dim(self, d):
-        n = self.data.dim()
+        n = self._data.dim()
         if not -n <= d < n:
             raise IndexError(f"dimension {d} out of range for a MaskedBatch with {n} dims")
         return d + n if d < 0 else d
@@ -252,7 +278,7 @@ class MaskedBatch:
                     f"sizes or maxsize(d) for the padded size (nn.TransformerEncoder/Decoder "
                     f"read size() of their input: call their layers in a loop instead, "
                     f"`for layer in encoder.layers: x = layer(x)`, then encoder.norm if set)")
-            return self.data.size()
+            return self._data.size()
         d = self._norm_dim(dim)
         if d > 0 and self.dims[d - 1]:
             raise ValueError(
@@ -261,27 +287,27 @@ class MaskedBatch:
                 f"maxsize({dim}) for the padded size"
                 + (" (nn.LSTM / nn.GRU / nn.RNN read size(1) when batch_first=False: build "
                    "them with batch_first=True)" if d == 1 else ""))
-        return self.data.size(d)
+        return self._data.size(d)
 
     @property
     def shape(self):
         return self.size()
 
     def maxsize(self, dim=None):
-        return self.data.size() if dim is None else self.data.size(dim)
+        return self._data.size() if dim is None else self._data.size(dim)
 
     def size_as_tensor(self, dim):
         """Per-example sizes along ``dim`` as a MaskedBatch of longs (one
         scalar per example, batch shape ``(B,)``)."""
         d = self._norm_dim(dim)
         if d == 0:
-            sizes = torch.ones(self.data.size(0), dtype=torch.long, device=self.data.device)
+            sizes = torch.ones(self._data.size(0), dtype=torch.long, device=self._data.device)
         else:
             sizes = self._lengths(d)
         return MaskedBatch._new(sizes, None, ())
 
     def __len__(self):
-        return self.data.size(0)
+        return self._data.size(0)
 
     # ------------------------------------------------------------ no host values
     def __bool__(self):
@@ -464,7 +490,7 @@ class MaskedBatch:
         d = self._norm_dim(dim)
         if d == 0:
             raise ValueError("key_padding_mask: dimension 0 is the batch; give a per-example dim >= 1")
-        positions = torch.arange(self.data.size(d), device=self.data.device)
+        positions = torch.arange(self._data.size(d), device=self._data.device)
         return positions >= self._lengths(d)[:, None]
 
     def to_padded(self, value=0):
@@ -486,7 +512,7 @@ class MaskedBatch:
         """To a PackedSequence over dimension 1, which must be the only
         dynamic dimension."""
         from torch.nn.utils.rnn import pack_padded_sequence
-        if self.data.dim() < 2 or any(self.dims[1:]):
+        if self._data.dim() < 2 or any(self.dims[1:]):
             raise ValueError(
                 f"to_packed needs dimension 1 to be the only dynamic one; dims are {self.dims}")
         lengths = self._lengths(1).cpu()
@@ -505,9 +531,9 @@ class MaskedBatch:
     # ------------------------------------------------------------ display
     def __repr__(self):
         sizes = ", ".join(
-            (f"≤{s}" if d else str(s)) for s, d in zip(self.data.shape[1:], self.dims))
-        return (f"MaskedBatch(batch_size={self.data.size(0)}, sizes=({sizes}), "
-                f"dtype={self.data.dtype}, device={self.data.device})")
+            (f"≤{s}" if d else str(s)) for s, d in zip(self._data.shape[1:], self.dims))
+        return (f"MaskedBatch(batch_size={self._data.size(0)}, sizes=({sizes}), "
+                f"dtype={self._data.dtype}, device={self._data.device})")
 
     def __reduce__(self):
         return (MaskedBatch, (self.data, self._mask, self.dims))
@@ -543,8 +569,19 @@ def real_mask(x):
     m = x._mask
     if lanes is None:
         return m
-    lanes = lanes.view((-1,) + (1,) * (x.data.dim() - 1))
+    lanes = lanes.view((-1,) + (1,) * (x._data.dim() - 1))
     return lanes if m is None else m & lanes
+
+
+def uncut(x):
+    """``x.data`` for a rule that reads only the entries ``real_mask(x)``
+    marks real (gathering them, or zeroing the others with ``where``): the
+    dormant lanes of @batch's read are not real to it, so the gradient cut
+    the read left pending is not needed when it was made under the lanes
+    active now."""
+    if x._cut is not None and x._cut is _lanes.active_lanes():
+        return x._data
+    return x.data
 
 
 # Tools that look for the tensors inside a model's outputs must find those of

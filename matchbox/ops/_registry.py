@@ -15,13 +15,13 @@ once at import time and never mutated afterwards.
 import torch
 
 from .._lanes import batch_size_hint
-from ..core import RULES, MaskedBatch, real_mask
+from ..core import RULES, MaskedBatch, real_mask, uncut
 
 __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
     "tensor_methods", "register_distinct", "canon_mask", "keep", "on_real_rows", "gathers_rows",
-    "scatter_rows",
+    "scatter_rows", "uncut", "fail_if",
 ]
 
 _INSTALLED = set()
@@ -194,12 +194,13 @@ def on_real_rows(x, m, fn, k=1):
     giving ``x.data.shape[:-k] + out_row`` with 0 in every other row.
     Padding rows are never read, so they need no masking and get exactly
     zero gradient; and no work is spent on them.  ``m`` must be 1 along the
-    last ``k`` dims.  The rows are found with ``nonzero``, which waits for
+    last ``k`` dims and False in dormant lanes, as ``real_mask`` is (so the
+    data is ``uncut``).  The rows are found with ``nonzero``, which waits for
     the device (see ``gathers_rows``).  The gathered rows are kept on ``x``,
     so ops that share an input (attention's q, k and v) gather it once; not
     for a leaf that requires grad, which outlives a backward pass that
     frees the gather's graph."""
-    data = x.data
+    data = uncut(x)
     lead = data.shape[:data.dim() - k]
     # x[i] = v replaces x.data, in-place ops bump its version; no_grad gathers have no graph
     key = (data._version, k, torch.is_grad_enabled())
@@ -222,7 +223,7 @@ def neutralize(x, fill):
     m = real_mask(x)
     if m is None or (m is x._mask and x._zero and fill == 0):
         return x.data
-    return keep(m, x.data, fill)
+    return keep(m, uncut(x), fill)
 
 
 def prefix_mask(x, d):

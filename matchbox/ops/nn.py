@@ -31,7 +31,7 @@ def _per_row(input, m, fn, k=1):
     """``fn`` over the rows (last ``k`` dims) of ``input.data``; non-real rows
     of the result are 0 and pass no gradient.  On CPU only the real rows are
     computed (see ``gathers_rows``); elsewhere all rows are, with masking."""
-    if _registry.gathers_rows(input.data):
+    if _registry.gathers_rows(input):
         return on_real_rows(input, m, fn, k)
     out = fn(neutralize(input, 0))
     lead = m.dim() - k
@@ -52,7 +52,7 @@ def linear(input, weight, bias=None):
     _need_mb(input, "linear")
     if is_mb(weight) or is_mb(bias):
         _need_mb(None, "linear")
-    if input.data.dim() < 2:
+    if input.dim() < 2:
         raise ValueError(
             "linear: each example is only its leading 1 (a MaskedBatch with no per-example "
             "dimensions); per example the leading 1 would be the feature dimension. "
@@ -137,7 +137,7 @@ def _check_norm_dims(input, normalized_shape, opname):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
     k = len(tuple(normalized_shape))
-    nd = input.data.dim() - 1
+    nd = input.dim() - 1
     if k > nd:
         raise ValueError(
             f"{opname}: normalized_shape {tuple(normalized_shape)} covers the example's leading "

@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .._lanes import active_lanes, batch_size_hint
 from . import _registry
-from ._registry import is_mb, keep, new, real_mask, register, scatter_rows
+from ._registry import is_mb, keep, new, real_mask, register, scatter_rows, uncut
 
 __all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell",
            "lstm", "gru", "rnn_tanh", "rnn_relu"]
@@ -33,27 +33,28 @@ __all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell",
 
 def _operands(opname, tensors):
     """Line up input and hidden states: returns their datas (B, F), the
-    result mask (or None), and the (B, 1) mask of real lanes (or None)."""
+    result mask (or None), and the (B, 1) mask of real lanes (or None).
+    Non-real lanes never reach the cell (``_run``): ``uncut`` data."""
     batches = [t for t in tensors if is_mb(t)]
-    B = batches[0].data.size(0)
+    B = batches[0]._data.size(0)
     datas, mask = [], None
     names = ["input"] + [f"hidden state {i}" for i in range(len(tensors) - 1)]
     for name, t in zip(names, tensors):
         if is_mb(t):
-            if t.data.dim() != 2:
+            if t._data.dim() != 2:
                 raise ValueError(
                     f"{opname}: the {name} must be (1, features) per example; got a MaskedBatch "
-                    f"with {t.data.dim() - 1} dimensions after the leading 1")
+                    f"with {t._data.dim() - 1} dimensions after the leading 1")
             if any(t.dims):
                 raise ValueError(
                     f"{opname}: the {name} has a dynamic feature dimension; RNN cells need "
                     f"static feature sizes (loop over a dynamic time dimension with "
                     f"x.unbind(1) and feed each (1, features) step)")
-            if t.data.size(0) != B:
-                raise ValueError(f"{opname}: batch sizes differ ({B} vs {t.data.size(0)})" + batch_size_hint())
+            if t._data.size(0) != B:
+                raise ValueError(f"{opname}: batch sizes differ ({B} vs {t._data.size(0)})" + batch_size_hint())
             if t._mask is not None and t._mask is not mask:
                 mask = t._mask if mask is None else mask & t._mask
-            datas.append(t.data)
+            datas.append(uncut(t))
         elif isinstance(t, torch.Tensor):
             if t.dim() != 2 or t.size(0) not in (1, B):
                 raise ValueError(

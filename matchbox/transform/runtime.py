@@ -83,10 +83,9 @@ def _read(x):
     lanes = _ACTIVE.get()
     if lanes is None or type(x) is not MaskedBatch or not x.data.requires_grad:
         return x
-    d = x.data
-    if d.size(0) != lanes.size(0):
+    if x.data.size(0) != lanes.size(0):
         return x
-    return _new(torch.where(_lane_view(lanes, d.dim()), d, d.detach()), x._mask, x.dims)
+    return MaskedBatch._read(x, lanes)
 
 
 # ------------------------------------------------------------------ conditions

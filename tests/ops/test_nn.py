@@ -313,3 +313,28 @@ def test_plain_tensors_unchanged():
     lin = nn.Linear(3, 2)
     assert isinstance(lin(x), torch.Tensor)
     torch.testing.assert_close(nn.LayerNorm(3)(x), F.layer_norm(x, (3,)))
+
+
+_W = torch.randn(3, 3, dtype=torch.float64)
+CUT_OPS = {
+    "linear (real rows)": lambda x: F.linear(x, _W),
+    "layer_norm (real rows)": lambda x: F.layer_norm(x, (3,)),
+    "matmul (neutralize)": lambda x: x @ _W,
+}
+
+
+@pytest.mark.usefixtures("row_strategy")
+@pytest.mark.parametrize("op", CUT_OPS.values(), ids=CUT_OPS.keys())
+def test_rules_that_skip_the_cut_of_a_read_still_cut(op):
+    """Rules that read only real entries use @batch's read without its
+    gradient cut when it was made under the lanes active now, since they
+    never read the cut lanes; under other lanes the cut is made.  Either
+    way the cut lane gets no gradient."""
+    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    cut = torch.tensor([True, False])
+    for active in (None, torch.tensor([True, True]), cut):
+        read = MaskedBatch._read(MaskedBatch(x, None, (False,)), cut)
+        with lanes(active):
+            out = op(read)
+        g, = torch.autograd.grad((out.data * torch.arange(1.0, 4.0)).sum(), x)
+        assert torch.equal(g[1], torch.zeros(3)) and bool((g[0] != 0).any())

@@ -126,6 +126,28 @@ def test_dormant_lane_is_zero_and_finite():
     torch.testing.assert_close(out.data[:1], cell(x[:1]))
 
 
+@pytest.mark.usefixtures("row_strategy")
+def test_cut_of_a_read_made_under_other_lanes_is_kept():
+    """The cells skip @batch's gradient cut of a read only when it was made
+    under the lanes active now (they never read those lanes then).  A value
+    read under other lanes keeps its cut: the lane it cut gets no gradient."""
+    cell = nn.GRUCell(2, 2).double()
+    x = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)
+    cut = torch.tensor([True, False])
+    for active in (None, torch.tensor([True, True])):
+        read = MaskedBatch._read(MaskedBatch(x, None, (False,)), cut)
+        with lanes(active):
+            out = cell(read)
+        g, = torch.autograd.grad(out.data.sum(), x)
+        assert torch.equal(g[1], torch.zeros(2)) and bool((g[0] != 0).all())
+    read = MaskedBatch._read(MaskedBatch(x, None, (False,)), cut)
+    with lanes(cut):  # the same lanes: the cell leaves lane 1 out by itself
+        out = cell(read)
+    assert read._cut is cut  # no where was made
+    g, = torch.autograd.grad(out.data.sum(), x)
+    assert torch.equal(g[1], torch.zeros(2)) and bool((g[0] != 0).all())
+
+
 def test_errors():
     cell = nn.RNNCell(2, 2)
     dyn = MaskedBatch.fromlist([torch.randn(1, 2, 2), torch.randn(1, 3, 2)], (True, False))
