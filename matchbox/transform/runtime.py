@@ -443,7 +443,9 @@ def _tag(x, presence, counts=None, full=None):
 def _with_lanes(v, lanes, like=None):
     """``v`` as a MaskedBatch whose mask is False in the lanes not in ``lanes``."""
     data, mask, dims = _canonical(v, lanes.size(0), like)
-    full = _full_mask(data, mask, dims, dims) & _lane_view(lanes, data.dim())
+    full = _lane_view(lanes, data.dim())
+    if mask is not None or any(dims):
+        full = _full_mask(data, mask, dims, dims) & full
     return _tag(_new(data, full, dims), lanes)
 
 
