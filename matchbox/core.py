@@ -133,7 +133,7 @@ class MaskedBatch:
         gradient of its dormant lanes (False in ``lanes``) is cut, so what
         they compute there adds none.  The cut (a ``where`` against a
         detached copy) is made when the data is first used; rules that
-        never read dormant lanes (the RNN cells) use ``_data`` and skip it."""
+        never read dormant lanes take ``uncut(x)`` and skip it."""
         self = cls._new(x.data, x._mask, x.dims)
         self._cut = lanes
         return self
