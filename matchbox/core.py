@@ -565,12 +565,17 @@ def real_mask(x):
     """``x``'s mask combined with the active lanes, or None when every entry
     of ``x`` is real and every lane is active.  Op rules that must neutralize
     non-real entries (padding or dormant lanes) use this."""
+    return with_lanes(x._mask, x._data.dim())
+
+
+def with_lanes(mask, ndim):
+    """A bool ``mask`` (or None: all real) for ``ndim``-dim data, combined
+    with the active lanes (or None when all is real and all lanes active)."""
     lanes = _lanes.active_lanes()
-    m = x._mask
     if lanes is None:
-        return m
-    lanes = lanes.view((-1,) + (1,) * (x._data.dim() - 1))
-    return lanes if m is None else m & lanes
+        return mask
+    lanes = lanes.view((-1,) + (1,) * (ndim - 1))
+    return lanes if mask is None else mask & lanes
 
 
 def uncut(x):

@@ -15,13 +15,13 @@ once at import time and never mutated afterwards.
 import torch
 
 from .._lanes import batch_size_hint
-from ..core import RULES, MaskedBatch, real_mask, uncut
+from ..core import RULES, MaskedBatch, real_mask, uncut, with_lanes
 
 __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
     "tensor_methods", "register_distinct", "canon_mask", "keep", "on_real_rows", "gathers_rows",
-    "scatter_rows", "uncut", "fail_if",
+    "scatter_rows", "uncut", "fail_if", "with_lanes",
 ]
 
 _INSTALLED = set()

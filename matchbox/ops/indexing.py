@@ -26,8 +26,8 @@ entries of active lanes.
 """
 import torch
 
-from .._lanes import active_lanes
-from ._registry import align, canon_mask, fail_if, is_mb, new, norm_dim, real_mask, register_distinct
+from ._registry import (align, canon_mask, fail_if, is_mb, new, norm_dim, real_mask,
+                        register_distinct, with_lanes)
 from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
 
 T = torch.Tensor
@@ -274,10 +274,7 @@ def setitem(x, index, value):
         raise ValueError(f"x[...] = v: a value of padded shape {tuple(v.shape)} does not fit "
                          f"the indexed entries' padded shape {tuple(spos.shape)}")
     v = v.to(x.dtype).expand(shape)
-    lanes = active_lanes()
-    if lanes is not None:
-        lv = lanes.view((-1,) + (1,) * (len(shape) - 1))
-        mask = lv if mask is None else mask & lv
+    mask = with_lanes(mask, len(shape))
     if mask is None:
         where, vals = spos.reshape(-1), v.reshape(-1)
     else:

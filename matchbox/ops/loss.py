@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn import _reduction as _Reduction
 
 from .._lanes import active_lanes, batch_size_hint
-from ._registry import align, canon_mask, fail_if, is_mb, keep, new, register
+from ._registry import align, canon_mask, fail_if, is_mb, keep, new, register, with_lanes
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"]
@@ -43,15 +43,6 @@ def _reduction(reduction, size_average, reduce, opname, extra=()):
         raise ValueError(
             f"{opname}: reduction must be one of {_REDUCTIONS + tuple(extra)}, got {reduction!r}")
     return reduction
-
-
-def _with_lanes(mask, ndim):
-    """``mask`` combined with the active SIMT lanes (None if all real)."""
-    lanes = active_lanes()
-    if lanes is None:
-        return mask
-    lanes = lanes.view((-1,) + (1,) * (ndim - 1))
-    return lanes if mask is None else mask & lanes
 
 
 def _no_mb(opname, **kwargs):
@@ -138,7 +129,7 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
         if dims[0]:
             raise ValueError(f"{opname}: the class dimension of the target is dynamic; it must be static")
         pos = None if mask is None else mask.squeeze(1)
-        real = _with_lanes(pos, datas[0].dim() - 1)
+        real = with_lanes(pos, datas[0].dim() - 1)
         xd, td = datas
         if real is not None:
             r1 = real.unsqueeze(1)
@@ -166,7 +157,7 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
     if t.mask is not None:
         pos = t.mask if pos is None else pos & t.mask
     out_dims = tuple(a or b for a, b in zip(x.dims[1:], t.dims))
-    real = _with_lanes(pos, t.data.dim())
+    real = with_lanes(pos, t.data.dim())
     xd, td = x.data, t.data
     if real is not None:
         if not (x.mb is not None and x.mb._zero and active_lanes() is None):
@@ -219,7 +210,7 @@ def _elementwise(opname, fn, operands, reduction, safe=(0.0, 0.0), weighted_mean
     ops = [o for o in operands if o is not None]
     datas, mask, dims = align(ops, opname)
     shape = torch.broadcast_shapes(*[d.shape for d in datas if isinstance(d, torch.Tensor)])
-    real = _with_lanes(mask, len(shape))
+    real = with_lanes(mask, len(shape))
     if reduction == "none" and not always_safe:
         return new(fn(*datas), mask, dims)
     if real is not None:

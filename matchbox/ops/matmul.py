@@ -11,9 +11,8 @@ the outer product of the kept dims' masks; dims: the kept dims.
 """
 import torch
 
-from .. import _lanes
 from .._lanes import batch_size_hint
-from ._registry import check_same_lengths, fail_if, is_mb, keep, neutralize, new, register
+from ._registry import check_same_lengths, fail_if, is_mb, keep, neutralize, new, register, with_lanes
 
 T = torch.Tensor
 
@@ -102,11 +101,7 @@ def _matmul(a, b, op="matmul"):
     if y.mask is not None:
         my = y.mask.any(-2, keepdim=True) if y.mask.size(-2) > 1 else y.mask
         mask = my if mask is None else mask & my
-    lanes = _lanes.active_lanes()
-    real = mask
-    if lanes is not None:
-        lanes = lanes.view((-1,) + (1,) * q)
-        real = lanes if mask is None else mask & lanes
+    real = with_lanes(mask, q + 1)
     if real is not None:  # padding gets exactly zero gradient downstream of here
         out = keep(real, out, 0)
 

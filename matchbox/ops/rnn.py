@@ -23,9 +23,9 @@ call (see :func:`lstm`).
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .._lanes import active_lanes, batch_size_hint
+from .._lanes import batch_size_hint
 from . import _registry
-from ._registry import is_mb, keep, new, real_mask, register, scatter_rows, uncut
+from ._registry import is_mb, keep, new, real_mask, register, scatter_rows, uncut, with_lanes
 
 __all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell",
            "lstm", "gru", "rnn_tanh", "rnn_relu"]
@@ -63,10 +63,7 @@ def _operands(opname, tensors):
             datas.append(t.expand(B, t.size(1)) if t.size(0) != B else t)
         else:
             raise TypeError(f"{opname}: the {name} must be a Tensor or MaskedBatch, got {type(t).__name__}")
-    real, lanes = mask, active_lanes()
-    if lanes is not None:
-        real = lanes.view(-1, 1) if mask is None else mask & lanes.view(-1, 1)
-    return datas, mask, real
+    return datas, mask, with_lanes(mask, 2)
 
 
 def _run(cell, datas, mask, real):
