@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.modules.utils import _ntuple
 
 from .._lanes import active_lanes
-from ._registry import fail_if, is_mb, neutralize, new, register, register_distinct
+from ._registry import fail_if, is_mb, neutralize, new, register, register_distinct, with_lanes
 
 __all__ = ["conv", "conv_transpose", "max_pool", "avg_pool", "adaptive_avg_pool",
            "adaptive_max_pool", "pad", "box_mask"]
@@ -92,12 +92,10 @@ def _check_sizes(op, lens, outs, why=_SHORT):
     """Raise if an active example gets an empty output along a spatial dim,
     as the per-example op would; called before torch runs, which would
     otherwise fail (or not) on the padded size instead of the example's."""
-    lanes = active_lanes()
     for i, (ln, out) in enumerate(zip(lens, outs)):
         if out is None:
             continue
-        bad = out < 1 if lanes is None else (out < 1) & lanes
-        fail_if(bad, lambda b: ValueError(
+        fail_if(with_lanes(out < 1, 1), lambda b: ValueError(
             f"{op}: example {b[0]} has size {int(ln[b])} along spatial dim {i}, which gives "
             f"an empty output (size {int(out[b])}); {why}"),
             f"{op}: an example gives an empty output along spatial dim {i}; {why}")

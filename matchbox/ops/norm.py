@@ -20,8 +20,7 @@ gradient).
 import torch
 import torch.nn.functional as F
 
-from .._lanes import active_lanes
-from ._registry import fail_if, is_mb, keep, new, real_mask, register
+from ._registry import fail_if, is_mb, keep, with_lanes, new, real_mask, register
 
 __all__ = ["batch_norm", "instance_norm", "group_norm"]
 
@@ -114,11 +113,7 @@ def _normalized(x, m, groups, eps, weight, bias, op):
 
 def _check_counts(count, op, what):
     """Raise (as per example) when an active example has at most 1 entry."""
-    lanes = active_lanes()
-    bad = count.squeeze(1) <= 1
-    if lanes is not None:
-        bad = bad & lanes
-    fail_if(bad, lambda b: ValueError(f"{op}: example {b[0]} has {int(count[b[0]])} {what}; "
+    fail_if(with_lanes(count.squeeze(1) <= 1, 1), lambda b: ValueError(f"{op}: example {b[0]} has {int(count[b[0]])} {what}; "
                                       f"expected more than 1 (the per-example {op} raises too)"),
             f"{op}: an example has at most 1 of its {what}")
 

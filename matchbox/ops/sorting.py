@@ -11,8 +11,7 @@ median picks each example's own middle index.
 """
 import torch
 
-from .._lanes import active_lanes
-from ._registry import fail_if, new, norm_dim, real_mask, register_distinct
+from ._registry import fail_if, new, norm_dim, real_mask, register_distinct, with_lanes
 from .reduction import _Reduction, _fill_value
 
 T = torch.Tensor
@@ -44,9 +43,8 @@ def _check_k(x, d, k, op):
         raise RuntimeError(f"{op}: k={k} is out of range for dimension {d} of size {n}")
     if not x.dims[d - 1]:
         return
-    lengths, lanes = x._lengths(d), active_lanes()
-    short = lengths < k if lanes is None else (lengths < k) & lanes
-    fail_if(short, lambda b: RuntimeError(
+    lengths = x._lengths(d)
+    fail_if(with_lanes(lengths < k, 1), lambda b: RuntimeError(
         f"{op}: k={k} is out of range for example {b[0]}, which has only {int(lengths[b])} "
         f"entries along dynamic dimension {d}; every example needs at least k"),
         f"{op}: k={k} is out of range for an example along dynamic dimension {d}")

@@ -81,9 +81,8 @@ def read(x):
 
 def _read(x):
     lanes = _ACTIVE.get()
-    if lanes is None or type(x) is not MaskedBatch or not x.data.requires_grad:
-        return x
-    if x.data.size(0) != lanes.size(0):
+    if lanes is None or type(x) is not MaskedBatch or not x.requires_grad \
+            or x.batch_size != lanes.size(0):
         return x
     return MaskedBatch._read(x, lanes)
 
@@ -440,7 +439,7 @@ def _tag(x, presence, counts=None, full=None):
     return x
 
 
-def _with_lanes(v, lanes, like=None):
+def _in_lanes(v, lanes, like=None):
     """``v`` as a MaskedBatch whose mask is False in the lanes not in ``lanes``."""
     data, mask, dims = _canonical(v, lanes.size(0), like)
     full = _lane_view(lanes, data.dim())
@@ -491,7 +490,7 @@ def _append(lst, value):
         # dim, the common case): the value is a new last item.  Known
         # without reading the device when the lanes lie within the last
         # append's (the next iteration of the loop that made them).
-        lst.append(_tag(_with_lanes(value, lanes, lst[0] if lst else None), lanes, grown, own))
+        lst.append(_tag(_in_lanes(value, lanes, lst[0] if lst else None), lanes, grown, own))
         return None
     active_counts = counts[lanes]
     if active_counts.numel() == 0:
@@ -506,7 +505,7 @@ def _append(lst, value):
             held = _listed(old)[0] if _listed(old) else torch.ones_like(sel)
             lst[k] = _tag(select(sel, value, old), held | sel)
         else:
-            lst.append(_with_lanes(value, sel, lst[0] if lst else None))
+            lst.append(_in_lanes(value, sel, lst[0] if lst else None))
     lst[-1] = _tag(lst[-1], _listed(lst[-1])[0], grown)
     return None
 
