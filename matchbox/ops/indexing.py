@@ -65,7 +65,8 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
         check = im if check is None else check & im
     index = _in_range(index, bad, check, lambda k: (
         f"{op}: index {int(orig[k])} is out of range for dimension {p} of example {k[0]}, "
-        f"which has size {int(length[k[0], 0])}"), f"{op}: an index is out of range for dimension {p}")
+        f"which has size {int(length[k[0], 0])}"),
+        f"{op}: an index is out of range for dimension {p}")
     data = gather_line(x.data, p, index)
     if check is not None:
         keep = (~bad & check).view([B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.data.dim() - p - 1))
@@ -345,7 +346,8 @@ def gather(input, dim, index, *, sparse_grad=False):
         check = im if check is None else check & im
     ix = _in_range(ix, bad, check, lambda k: (
         f"gather: index {int(ix[k])} is out of range for dimension {d} of example {k[0]}, "
-        f"which has size {int(length.reshape(-1)[k[0]])}"), f"gather: an index is out of range for dimension {d}")
+        f"which has size {int(length.reshape(-1)[k[0]])}"),
+        f"gather: an index is out of range for dimension {d}")
     data = x.data
     grow = [max(0, ix.size(j) - data.size(j)) for j in range(ix.dim())]
     if any(g for j, g in enumerate(grow) if j != d):

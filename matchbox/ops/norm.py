@@ -20,7 +20,7 @@ gradient).
 import torch
 import torch.nn.functional as F
 
-from ._registry import fail_if, is_mb, keep, with_lanes, new, real_mask, register
+from ._registry import fail_if, is_mb, keep, new, real_mask, register, with_lanes
 
 __all__ = ["batch_norm", "instance_norm", "group_norm"]
 
@@ -113,9 +113,10 @@ def _normalized(x, m, groups, eps, weight, bias, op):
 
 def _check_counts(count, op, what):
     """Raise (as per example) when an active example has at most 1 entry."""
-    fail_if(with_lanes(count.squeeze(1) <= 1, 1), lambda b: ValueError(f"{op}: example {b[0]} has {int(count[b[0]])} {what}; "
-                                      f"expected more than 1 (the per-example {op} raises too)"),
-            f"{op}: an example has at most 1 of its {what}")
+    fail_if(with_lanes(count.squeeze(1) <= 1, 1), lambda b: ValueError(
+        f"{op}: example {b[0]} has {int(count[b[0]])} {what}; expected more than 1 "
+        f"(the per-example {op} raises too)"),
+        f"{op}: an example has at most 1 of its {what}")
 
 
 # ------------------------------------------------------------------ instance norm
