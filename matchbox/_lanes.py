@@ -1,4 +1,4 @@
-"""Per-context execution-lane state.
+"""Per-thread execution-lane state.
 
 Inside ``@batch`` control flow some examples (lanes) are dormant.  The mask of
 active lanes lives in per-thread storage (:class:`threading.local`), so every
