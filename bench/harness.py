@@ -22,7 +22,7 @@ KINDS = {
     "hand": "hand-written padding and masks",
     "matchbox": "matchbox on the example-level code",
     "matchbox_whole": "matchbox with whole-sequence modules",
-    "matchbox_compact": "matchbox with @batch(compact=0.5): late loop iterations on the live lanes only",
+    "matchbox_compact": "matchbox with @batch(compact=...): loop iterations on the live lanes only",
     "compiled": "torch.compile of the hand-written variant",
     "matchbox_compiled": "torch.compile of the matchbox variant",
 }

@@ -74,7 +74,10 @@ class MaskedBatch:
     # (lanes that hold the item, per-lane list length up to the item or None)
     # _rows: the real rows gathered by ops.on_real_rows, kept for the next op
     # _cut: lanes whose gradient @batch's read cuts (see the data property)
-    __slots__ = ("_data", "_cut", "_mask", "dims", "_zero_at", "_rows", "_listed", "__weakref__")
+    # _kept: set by a compacted @batch for loop on the values it keeps
+    # compacted between iterations (see transform/compaction.py)
+    __slots__ = ("_data", "_cut", "_mask", "dims", "_zero_at", "_rows", "_listed", "_kept",
+                 "__weakref__")
 
     def __init__(self, data, mask=None, dims=None):
         if not isinstance(data, torch.Tensor):

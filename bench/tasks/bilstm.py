@@ -7,9 +7,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as TF
 
+import matchbox
+import matchbox.functional as F
 from bench.data import lengths
 from bench.harness import Variant, fresh
-from examples.bilstm_tagger import Grammar, Tagger
+from examples.bilstm_tagger import Grammar, Tagger, run_backward, run_forward
 from matchbox import MaskedBatch
 
 NAME = "bilstm"
@@ -40,6 +42,19 @@ def hand_loss(model, words, tags, real):
     scores = model.mlp(xs)
     loss = TF.cross_entropy(scores.transpose(1, 2), tags, reduction="none")
     return loss.masked_fill(~real, 0).sum()
+
+
+# the tagger's step loops under @batch(compact=1.0): every step runs on the
+# sentences that have that word only, the examples sorted by length once
+COMPACTED = tuple(matchbox.batch(f.__wrapped__, compact=1.0) for f in (run_forward, run_backward))
+
+
+def compacted_loss(model, words, tags):
+    """``Tagger.loss(words, tags, reduction="sum")`` with COMPACTED loops."""
+    xs = model.embed(words)
+    for fwd, bwd in zip(model.bilstm.fwd, model.bilstm.bwd):
+        xs = F.cat([COMPACTED[0](fwd, xs), COMPACTED[1](bwd, xs)], 2)
+    return F.cross_entropy(model.mlp(xs).transpose(1, 2), tags, reduction="sum")
 
 
 class WholeTagger(nn.Module):
@@ -100,11 +115,16 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
     def hand_written():
         return hand_loss(hand, p_words, p_tags, real)
 
+    compact = fresh(model)
+    def matchbox_compact():
+        return compacted_loss(compact, mb_words, mb_tags)
+
     whole = WholeTagger(fresh(model)).to(device)
     def matchbox_whole():
         return whole.loss(mb_words, mb_tags)
 
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
             "matchbox": Variant(matchbox, mb),
+            "matchbox_compact": Variant(matchbox_compact, compact, note="@batch(compact=1.0)"),
             "matchbox_whole": Variant(matchbox_whole, whole, grads=whole.cell_grads,
                                       note="nn.LSTM(bidirectional) on a MaskedBatch")}

@@ -75,7 +75,10 @@ def batch(fn=None, *, max_iterations=None, compact=None):
     later iterations run on those lanes only (gathered, then scattered
     back), so finished examples stop costing compute.  It pays when the
     body is heavy and lanes finish at very different times (decoding); it
-    costs a gather and a scatter per variable per iteration.
+    costs a gather and a scatter per variable per iteration.  A ``for``
+    over ``x.unbind(d)`` (d dynamic) runs its steps on the examples that
+    have them the same way, keeping its variables compacted between steps
+    (see docs/batch.md).
     """
     if compact is True:
         compact = 0.5

@@ -1,9 +1,10 @@
-"""Lane compaction for divergent ``while`` loops (``@batch(compact=...)``).
+"""Lane compaction for loops whose lanes leave at different times
+(``@batch(compact=...)``).
 
 When few lanes are left in a long loop, the dormant ones still cost
 compute in every op.  With compaction on, once the share of lanes still
 in a ``while`` loop drops to ``compact`` or below, each later iteration
-runs on the live lanes only:
+runs on the live lanes only (:class:`Compaction`):
 
 - reads (``_mb.read``) of a full-batch value gather its live rows, once
   per iteration and value;
@@ -18,7 +19,15 @@ gathers and scatters; functions it calls see compacted values only.
 Loop temporaries (see ``analysis.loop_temporaries``) stay compacted: they
 are rebound before every read.  An in-place change to a gathered copy would
 be lost, so it raises instead (the check runs at every loop test).
+
+A ``for`` over the steps of a dynamic dimension (``x.unbind(d)``) is
+compacted the same way, but cheaper (:class:`StepCompaction`): the examples
+are sorted by length once, so the live lanes of each step are the first
+rows of that order, and the values the loop assigns stay compacted from one
+iteration to the next instead of being scattered back at every store.
 """
+import torch
+
 from ..core import MaskedBatch
 from ..ops._registry import scatter_rows
 
@@ -56,12 +65,29 @@ class Compaction:
         hit = self.cache.get(id(x))
         if hit is not None:
             return hit[1]
+        g = self.rows_of(x)
+        self.cache[id(x)] = (x, g, g.data, g.data._version)
+        return g
+
+    def rows_of(self, x):
         mask = x._mask
         if mask is not None and mask.size(0) == self.B:
             mask = mask.index_select(0, self.rows)
-        g = _new(x.data.index_select(0, self.rows), mask, x.dims, x._zero)
-        self.cache[id(x)] = (x, g, g.data, g.data._version)
-        return g
+        return _new(x.data.index_select(0, self.rows), mask, x.dims, x._zero)
+
+    def take(self, x):
+        """``x`` as this iteration reads it: the live rows of a full-batch value."""
+        return self.gather(x) if self.full(x) else x
+
+    def keep(self, old, current, new):
+        """The value to bind when a variable holding ``old`` (``current`` as
+        taken) is assigned ``new``, if it can stay compacted; else None (it
+        is scattered back into the full batch)."""
+        return None
+
+    def settle(self, x):
+        """A variable's value after the loop, every example's again."""
+        return x
 
     def expand(self, x):
         """A compacted MaskedBatch as a full-batch one (0 and mask False in
@@ -91,3 +117,89 @@ class Compaction:
                     f"read was changed in place (an in-place op, x[...] = v or inplace=True); "
                     f"the change would only reach a copy of the live lanes. Write it out of "
                     f"place (x = x + v, torch.where) or leave compaction off for this function")
+
+
+class StepCompaction(Compaction):
+    """A ``for`` over the steps of a dynamic dim whose lanes only shrink
+    (each example's steps are a prefix), from the first step at which the
+    live share is ``compact`` or below.
+
+    The examples are sorted by length once, longest first (as packed
+    sequences are), so every step's live lanes are the first ``n`` rows of
+    that ``order``.  A value the loop assigns to a variable is kept
+    compacted ("kept": tagged ``_kept = (self, origin, tails)``): when lanes
+    leave, the next read cuts it to its first ``n`` rows (a view) and puts
+    the rows that left in ``tails``; after the loop ``settle`` puts the
+    rows back in example order, taking those of examples that left before
+    the compaction began from ``origin`` (the full-batch value the variable
+    held then).  No gather or scatter per iteration for loop state: only
+    loop items and values read from outside the loop are gathered."""
+
+    def __init__(self, lengths, codes, description):
+        self.codes, self.description = codes, description
+        self.order = lengths.argsort(descending=True, stable=True)
+        self.inverse = self.order.argsort()
+        self.B, self.n, self.cache = lengths.numel(), None, {}
+
+    def step(self, n, alive):
+        """Start an iteration for the ``n`` longest examples (``alive``:
+        those lanes as a full-batch bool)."""
+        self.check()
+        self.n, self.alive, self.rows = n, alive, self.order[:n]
+        self.cache, self.moved = {}, {}
+
+    def _kept(self, x):
+        kept = getattr(x, "_kept", None) if type(x) is MaskedBatch else None
+        return kept if kept is not None and kept[0] is self else None
+
+    def take(self, x):
+        if isinstance(x, tuple):
+            return tuple(self.take(v) for v in x)
+        kept = self._kept(x)
+        if kept is None:
+            return super().take(x)
+        m = x._data.size(0)
+        if m == self.n:
+            return x
+        hit = self.moved.get(id(x))
+        if hit is None:
+            data = x.data
+            y = _new(data[:self.n], None, x.dims)
+            y._kept = (self, kept[1], kept[2] + (data[self.n:m],))
+            hit = self.moved[id(x)] = (x, y)
+        return hit[1]
+
+    def keep(self, old, current, new):
+        if type(new) is not MaskedBatch or new._mask is not None or new._data.size(0) != self.n:
+            return None
+        kept = self._kept(current)
+        if kept is not None:
+            like, origin, tails = current, kept[1], kept[2]
+        elif old is None:  # (or undefined)
+            like, origin, tails = new, None, ()
+        elif self.full(old) and old._mask is None:
+            like, origin, tails = old, old, ()
+        else:
+            return None
+        if like.dims != new.dims or like._data.shape[1:] != new._data.shape[1:] \
+                or like._data.dtype != new._data.dtype:
+            return None
+        out = _new(new.data, None, new.dims)  # a copy: ``new`` may be bound elsewhere too
+        out._kept = (self, origin, tails)
+        return out
+
+    def settle(self, x):
+        if isinstance(x, tuple):
+            return tuple(self.settle(v) for v in x)
+        kept = self._kept(x)
+        if kept is None:
+            return x
+        _, origin, tails = kept
+        data = x.data
+        parts = [data, *reversed(tails)]
+        top = sum(p.size(0) for p in parts)
+        if top < self.B:  # examples that left before the compaction began
+            rest = self.order[top:]
+            parts.append(data.new_zeros((rest.numel(),) + data.shape[1:]) if origin is None
+                         else origin.data.index_select(0, rest))
+        return _new(torch.cat(parts).index_select(0, self.inverse), None, x.dims)

@@ -16,6 +16,15 @@ lane is left.  A ``for`` runs an iteration for the lanes that have the item
                                         body
 
 ``extra`` tests the loop's exit flags (break, return) at each iteration.
+
+With ``@batch(compact=...)`` a ``for`` without exit flags may run
+compacted (see compaction.py); the variables it assigns are then put back
+together after it:
+
+    with _mb.for_loop(xs, None, desc, max, compact=share) as loop:
+        for x in loop:
+            body
+    h = loop.settle(h)          (one line per variable the body assigns)
 """
 import ast
 
@@ -74,15 +83,21 @@ class _Loops(Pass):
         alive = self._alive(flags, node)
         extra = ast.Constant(None) if alive is None else templates.replace_as_expression(
             "lambda: alive", node, alive=alive)
-        out = templates.replace(
-            """
+        template = """
             with rt.for_loop(iterable, extra, desc, limit) as loop:
                 for target in loop:
                     body
-            """, node, rt=self.ctx.runtime, iterable=node.iter, extra=extra,
+            """
+        settle = []
+        if self.ctx.compact is not None and not flags and not _stores_into_subscripts(node.body):
+            template = template.replace("limit)", "limit, compact=share)")
+            for name in _assigned_through_runtime(node.body, self.ctx.runtime):
+                settle += templates.replace("x = loop.settle(x)", node, x=name, loop=loop)
+        out = templates.replace(
+            template, node, rt=self.ctx.runtime, iterable=node.iter, extra=extra,
             desc=self._description("for", node), limit=ast.Constant(self.ctx.max_iterations),
-            loop=loop, target=node.target, body=node.body)
-        return out + self._orelse(node, flags)
+            share=ast.Constant(self.ctx.compact), loop=loop, target=node.target, body=node.body)
+        return out + settle + self._orelse(node, flags)
 
 
 def transform(fdef, ctx):
@@ -94,3 +109,16 @@ def transform(fdef, ctx):
 def _stores_into_subscripts(body):
     return any(isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load)
                for n in walk_scope(body))
+
+
+def _assigned_through_runtime(body, rt):
+    """The variables that ``body`` assigns with ``rt.assign`` or
+    ``rt.aug_assign`` (a compacted loop may keep their values compacted)."""
+    names = set()
+    for n in walk_scope(body):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) \
+                and isinstance(n.value.func, ast.Attribute) \
+                and isinstance(n.value.func.value, ast.Name) and n.value.func.value.id == rt \
+                and n.value.func.attr in ("assign", "aug_assign"):
+            names.add(n.targets[0].id)
+    return sorted(names)

@@ -24,7 +24,7 @@ import torch
 from .. import _lanes
 from .._lanes import active_lanes
 from ..core import MaskedBatch
-from .compaction import Compaction, function_codes
+from .compaction import Compaction, StepCompaction, function_codes
 from .errors import LoopLimitError
 
 _new = MaskedBatch._new
@@ -74,8 +74,8 @@ def read(x):
     the graph, so whatever they compute there adds no gradient (JAX feeds
     inactive branches stop_gradient'ed inputs the same way)."""
     comp = _owned()
-    if comp is not None and comp.full(x):
-        x = comp.gather(x)
+    if comp is not None:
+        x = comp.take(x)
     return _read(x)
 
 
@@ -376,15 +376,23 @@ def assign(old, new):
     return _assign(old, new) if comp is None else _compacted_assign(comp, old, new)
 
 
-def _compacted_assign(comp, old, new):
-    """``assign`` in a compacted loop: the update of the live lanes,
+def _compacted_assign(comp, old, new, keep=True):
+    """``assign`` in a compacted loop: the update of the live lanes, kept
+    compacted (a variable in a compacted ``for``, with ``keep``) or
     scattered back into the full-batch ``old``."""
-    new = _assign(comp.gather(old) if comp.full(old) else old, new)
+    if isinstance(new, tuple) and isinstance(old, (tuple, Undefined)) \
+            and len(new) == len(old if isinstance(old, tuple) else new):
+        olds = old if isinstance(old, tuple) else (old,) * len(new)
+        return tuple(_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new))
+    current = comp.take(old)
+    new = _assign(current, new)
+    undefined = isinstance(old, Undefined) or old is None
+    kept = comp.keep(None if undefined else old, current, new) if keep else None
+    if kept is not None:
+        return kept
     if comp.compacted(new):
         new = comp.expand(new)
-    if isinstance(old, Undefined) or old is None:
-        return new
-    return select(comp.alive, new, old)
+    return new if undefined else select(comp.alive, new, comp.settle(old))
 
 
 def _assign(old, new):
@@ -411,8 +419,7 @@ def aug_assign(old, op, value):
     inplace, outplace = _AUG[op]
     comp = _owned()
     if comp is not None:
-        current = _read(comp.gather(old) if comp.full(old) else old)
-        return _compacted_assign(comp, old, outplace(current, value))
+        return _compacted_assign(comp, old, outplace(_read(comp.take(old)), value))
     if _ACTIVE.get() is None:
         return inplace(old, value)
     return _assign(old, outplace(_read(old), value))
@@ -422,7 +429,8 @@ def setattr_(obj, name, value):
     """``obj.name = value`` for the active lanes."""
     old = getattr(obj, name, None)
     comp = _owned()
-    setattr(obj, name, _assign(old, value) if comp is None else _compacted_assign(comp, old, value))
+    setattr(obj, name, _assign(old, value) if comp is None
+            else _compacted_assign(comp, old, value, keep=False))
 
 
 # ------------------------------------------------------------------ lists
@@ -512,6 +520,8 @@ def _append(lst, value):
 
 # ------------------------------------------------------------------ loops
 class _Loop:
+    compact = None  # the share of lanes at which a loop compacts (see compaction.py)
+
     def __init__(self, description, max_iterations):
         self.description, self.max_iterations = description, max_iterations
         self.count = 0
@@ -520,9 +530,13 @@ class _Loop:
         self.outer = active_lanes()
         self.alive = self.outer
         self.token = _ACTIVE.set(self.outer)
+        if self.compact is not None:  # the loop's compaction is undone when it ends
+            self.compact_token = _COMPACT.set(_COMPACT.get())
         return self
 
     def __exit__(self, *exc):
+        if self.compact is not None:
+            _COMPACT.reset(self.compact_token)
         _ACTIVE.reset(self.token)
         return False
 
@@ -562,16 +576,6 @@ class while_loop(_Loop):
         self.compact, self.compaction = compact, None
         if compact is not None:
             self.codes = function_codes(sys._getframe(1).f_code)
-
-    def __enter__(self):
-        if self.compact is not None:
-            self.compact_token = _COMPACT.set(_COMPACT.get())
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        if self.compact is not None:
-            _COMPACT.reset(self.compact_token)
-        return super().__exit__(*exc)
 
     def test(self, c):
         self._tick()
@@ -645,15 +649,26 @@ class for_loop(_Loop):
 
     An iteration runs for the lanes that have the item (a MaskedBatch item
     whose mask is False in some lanes, a per-example ``range``) and that
-    ``extra()`` (break/return flags) has not sent out of the loop."""
+    ``extra()`` (break/return flags) has not sent out of the loop.
 
-    def __init__(self, iterable, extra, description, max_iterations):
+    With ``compact`` (from ``@batch(compact=...)``), a loop over the steps
+    of a dynamic dim with no break or return, entered with every lane
+    active, runs compacted from the first step at which no more than that
+    share of the lanes have it (see ``StepCompaction``); the variables it
+    assigns are put back together after it by ``loop.settle(x)``."""
+
+    def __init__(self, iterable, extra, description, max_iterations, compact=None):
         super().__init__(description, max_iterations)
         self.iterable, self.extra = iterable, extra
+        self.compact, self.compaction = compact, None
+        if compact is not None:
+            self.codes = function_codes(sys._getframe(1).f_code)
 
     def __iter__(self):
         steps = _Steps.of(self.iterable)
         items = lane_items(self.iterable) if steps is None else zip(self.iterable, steps.lanes)
+        compacts = self.compact is not None and steps is not None and steps.shrinking \
+            and self.alive is None and self.extra is None and _COMPACT.get() is None
         last = self.alive  # the lanes of the last iteration that ran
         for t, (item, p) in enumerate(items):
             _ACTIVE.set(self.alive)
@@ -673,8 +688,27 @@ class for_loop(_Loop):
                 last = None if n == lanes.numel() else lanes
                 _ACTIVE.set(last)
                 item = _lane_masks_dropped(item)
+                if compacts and last is not None and n <= self.compact * lanes.numel():
+                    item = self._compacted(item, n, lanes, steps)
             yield item
+        if self.compaction is not None:
+            self.compaction.check()
         _ACTIVE.set(self.alive)
+
+    def _compacted(self, item, n, lanes, steps):
+        """Run this iteration on its ``n`` lanes only; its item compacted."""
+        comp = self.compaction
+        if comp is None:
+            comp = self.compaction = StepCompaction(steps.presences.sum(1), self.codes,
+                                                    self.description)
+            _COMPACT.set(comp)
+        comp.step(n, lanes)
+        _ACTIVE.set(None)  # every live lane is active
+        return comp.rows_of(item)
+
+    def settle(self, x):
+        """Variable ``x`` after the loop, holding every example again."""
+        return x if self.compaction is None else self.compaction.settle(x)
 
 
 class _Steps:
@@ -686,7 +720,7 @@ class _Steps:
     lane holds every item so far."""
 
     def __init__(self, presences):  # (B, T) bool
-        self.lanes = presences.t().unbind(0)
+        self.presences, self.lanes = presences, presences.t().unbind(0)
         shrinking = (presences[:, 1:] <= presences[:, :-1]).all()
         host = torch.cat([presences.sum(0), shrinking.long().view(1)]).tolist()
         self.counts, self.shrinking = host[:-1], bool(host[-1])

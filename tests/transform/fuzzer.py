@@ -2,7 +2,9 @@
 
 Generates example-level programs from nested if/elif/else, while (with a
 bound), ``while True`` + break, for over ``range`` with constant and
-per-example bounds (plain, ``reversed``, ``enumerate``), break, continue,
+per-example bounds (plain, ``reversed``, ``enumerate``) and over the steps
+of a sequence of per-example length (``s.unbind(1)``, plain and
+``reversed``), break, continue,
 early return, augmented and tuple assignment over a few float variables and
 an int counter, and checks each batched run against per-example runs
 (values and gradients) with ``mb_test``.
@@ -143,19 +145,23 @@ class ProgramGenerator:
         t = self.fresh("t")
         bound = self.rng.choice(["n", str(self.rng.randint(1, 3))])
         kind = self.rng.random()
-        if kind < 0.6:
+        if kind < 0.45:
             head = f"for {t} in range({bound}):"
-        elif kind < 0.8:
+        elif kind < 0.6:
             head = f"for {t} in reversed(range({bound})):"
-        else:
+        elif kind < 0.75:
             head = f"for j{t}, {t} in enumerate(range({bound})):"
+        elif kind < 0.9:
+            head = f"for {t} in s.unbind(1):"
+        else:
+            head = f"for {t} in reversed(s.unbind(1)):"
         lines = [f"{pad}{head}", f"{pad}    a = a + {t} * 0.25"] + self.block(depth + 1, True, indent + 1)
         if self.rng.random() < 0.15:
             lines += [f"{pad}else:"] + self.block(depth + 1, loop, indent + 1)
         return lines
 
     def generate(self, name="prog"):
-        lines = [f"def {name}(x, y, n):", "    a = x * 1.0", "    b = y + 0.5", "    c = x - y",
+        lines = [f"def {name}(x, y, n, s):", "    a = x * 1.0", "    b = y + 0.5", "    c = x - y",
                  "    k = 0"]
         lines += self.block(0, False, 1)
         lines += ["    return a + b * c + k"]
@@ -187,7 +193,8 @@ def check_program(source, seed, B=5, lengths_seed=None, compact=None):
     ns = [torch.randint(0, 4, (1,), generator=g) for _ in range(B)]
     n = MaskedBatch.fromlist(ns, ())
     try:
-        mb_test(fn, (B, (False, 1)), (B, (False, 1)), n, dtype=torch.float64, seed=seed)
+        mb_test(fn, (B, (False, 1)), (B, (False, 1)), n, (B, (True, 4), (False, 1)),
+                dtype=torch.float64, seed=seed)
     except RuntimeError as e:
         if "inplace operation" in str(e) or "in-place operation" in str(e):
             return False  # the program itself is invalid PyTorch (in-place on a saved tensor)

@@ -79,7 +79,15 @@ def attributes(x, z):
     return box.h
 
 
-PROGRAMS = {"steps": (steps, (SEQ, SCALAR)), "breaks_and_returns": (breaks_and_returns, (SCALAR, SCALAR)),
+def tuple_state(x, z):
+    hc = (x * 1.0, z * 1.0)
+    while hc[0].sum() < 3:
+        h, c = hc
+        hc = (h + c.abs() + 0.25, c * 0.5)
+    return hc
+
+
+PROGRAMS = {"steps": (steps, (SEQ, SCALAR)), "tuple_state": (tuple_state, (SCALAR, SCALAR)), "breaks_and_returns": (breaks_and_returns, (SCALAR, SCALAR)),
             "nested": (nested, (SEQ, SCALAR)), "attributes": (attributes, (SCALAR, SCALAR))}
 
 
@@ -224,3 +232,86 @@ def test_a_callee_writing_into_a_gathered_value_raises():
     x = MaskedBatch.fromlist([torch.tensor([[v, 0.0]]) for v in (0.0, 2.5, 1.0)], dims=(False,))
     with pytest.raises(RuntimeError, match="changed in place"):
         batch(calls_a_writer, compact=1.0)(x)
+
+
+# ------------------------------------------------------------------ for loops over steps
+W = torch.linspace(-1, 1, 9, dtype=torch.float64).view(3, 3)
+
+
+def rnn(xs, z):
+    """A loop over the steps of a dynamic dim: state in a tuple, a value
+    read from outside, an if, an augmented assignment, a variable first
+    assigned in the loop, and every variable read after it."""
+    h = xs.batch_zeros(3)
+    hc = (h, h + 1.0)
+    total = z * 0.0
+    out = []
+    for x in xs.unbind(1):
+        a, b = hc
+        s = torch.tanh(x @ W + a * z)
+        if s.sum() > 0:
+            total += s.sum(-1, keepdim=True)
+        else:
+            total = total - b.sum(-1, keepdim=True) * 0.5
+        last = s * 2.0
+        hc = (s, b * 0.5 + s)
+        out.append(s)
+    return F.stack(out, 1), hc, total, last
+
+
+def reversed_with_inner_while(xs, z):
+    h = z * 1.0
+    for x in reversed(xs.unbind(1)):
+        k = 0
+        while k < 2 and h.sum() < 3:
+            h = h + x.sum(-1, keepdim=True).abs() * 0.5
+            k += 1
+        h = h * 0.9
+    return h
+
+
+def for_with_break(xs, z):
+    h = z * 1.0
+    for x in xs.unbind(1):
+        h = h + x.sum(-1, keepdim=True)
+        if h.sum() > 1:
+            break
+    return h
+
+
+FOR_PROGRAMS = {"rnn": rnn, "reversed_with_inner_while": reversed_with_inner_while,
+                "for_with_break": for_with_break}
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("share", [1.0, 0.5])
+@pytest.mark.parametrize("name", sorted(FOR_PROGRAMS))
+def test_compacted_for_equals_per_example(name, share, lengths):
+    mb_test(batch(FOR_PROGRAMS[name], compact=share), (7, (True, 6), (False, 3)), SCALAR,
+            lengths=lengths, dtype=torch.float64)
+
+
+def test_compacted_for_settles_what_it_assigns_and_skips_loops_with_exits():
+    src = matchbox.to_source(batch(rnn, compact=1.0))
+    assert "compact=1.0" in src
+    for name in ("hc", "last", "total"):
+        assert f"{name} = loop.settle({name})" in src
+    assert "compact=" not in matchbox.to_source(batch(for_with_break, compact=1.0))
+
+
+def stepper(xs):
+    h = xs.batch_zeros(1)
+    for x in xs.unbind(1):
+        h = record(h) + x
+    return h
+
+
+@pytest.mark.parametrize("share,sizes", [(None, [6] * 6), (1.0, [6, 5, 4, 3, 2, 1]),
+                                         (0.5, [6, 6, 6, 3, 2, 1])])
+def test_a_compacted_for_runs_each_step_on_its_examples_only(share, sizes):
+    xs = MaskedBatch.fromlist([torch.full((1, n, 1), float(n)) for n in (3, 1, 6, 2, 5, 4)],
+                              dims=(True, False))
+    SEEN.clear()
+    out = batch(stepper, compact=share)(xs)
+    assert [e.item() for e in out.examples()] == [9.0, 1.0, 36.0, 4.0, 25.0, 16.0]
+    assert SEEN == sizes

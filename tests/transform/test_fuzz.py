@@ -21,7 +21,8 @@ def test_random_programs(chunk):
 
 @pytest.mark.parametrize("chunk", range(2))
 def test_random_programs_compacted(chunk):
-    """The same programs with every while loop compacted as soon as a lane leaves."""
+    """The same programs with every while loop and loop over steps compacted as
+    soon as a lane leaves."""
     checked = 0
     for seed in range(chunk * PER_CHUNK, (chunk + 1) * PER_CHUNK):
         src = ProgramGenerator(random.Random(seed)).generate()
