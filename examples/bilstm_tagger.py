@@ -14,6 +14,8 @@ the sentences that have that word), list accumulation ``out.append(h)`` +
 ``F.stack(out, 1)`` building a dynamic dimension, ``nn.LSTMCell`` /
 ``nn.Embedding`` / ``nn.Linear`` on MaskedBatch, ``F.cat`` along a static
 dim, and ``F.cross_entropy`` averaged over the real words of the batch.
+Written with ``@matchbox.batch(compact=1.0)`` instead, each step runs on the
+sentences that have that word only (``bench/tasks/bilstm.py`` times both).
 
 The synthetic task: every word belongs to one of a few hidden classes, and
 a word's tag is a fixed random function of the classes of the previous
