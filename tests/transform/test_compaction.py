@@ -279,8 +279,15 @@ def for_with_break(xs, z):
     return h
 
 
+def for_subscript_store(xs, z):
+    h = z * 1.0
+    for x in xs.unbind(1):
+        h[:, 0] = h[:, 0] + x.sum(-1)   # a store into a compacted copy would be lost
+    return h
+
+
 FOR_PROGRAMS = {"rnn": rnn, "reversed_with_inner_while": reversed_with_inner_while,
-                "for_with_break": for_with_break}
+                "for_with_break": for_with_break, "for_subscript_store": for_subscript_store}
 
 
 @pytest.mark.parametrize("lengths", LENGTHS)
@@ -296,7 +303,8 @@ def test_compacted_for_settles_what_it_assigns_and_skips_loops_with_exits():
     assert "compact=1.0" in src
     for name in ("hc", "last", "total"):
         assert f"{name} = loop.settle({name})" in src
-    assert "compact=" not in matchbox.to_source(batch(for_with_break, compact=1.0))
+    for f in (for_with_break, for_subscript_store):
+        assert "compact=" not in matchbox.to_source(batch(f, compact=1.0))
 
 
 def stepper(xs):
