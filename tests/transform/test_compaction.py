@@ -323,3 +323,18 @@ def test_a_compacted_for_runs_each_step_on_its_examples_only(share, sizes):
     out = batch(stepper, compact=share)(xs)
     assert [e.item() for e in out.examples()] == [9.0, 1.0, 36.0, 4.0, 25.0, 16.0]
     assert SEEN == sizes
+
+
+def for_escapes(xs, z):
+    FULL["h"] = z * 2.0
+    h = z * 1.0
+    for x in xs.unbind(1):
+        h = h + x.sum(-1, keepdim=True) * stored()  # full batch, not read by this function
+    return h
+
+
+def test_a_full_batch_value_that_escapes_a_compacted_for_names_compaction():
+    xs = MaskedBatch.fromlist([torch.ones(1, n, 2) for n in (3, 1, 2)], dims=(True, False))
+    z = MaskedBatch.fromlist([torch.ones(1, 1) for _ in range(3)], dims=(False,))
+    with pytest.raises(ValueError, match=r"for loop at .* runs on its 2 live lanes of 3"):
+        batch(for_escapes, compact=1.0)(xs, z)
