@@ -23,6 +23,7 @@ KINDS = {
     "matchbox": "matchbox on the example-level code",
     "matchbox_whole": "matchbox with whole-sequence modules",
     "matchbox_compact": "matchbox with @batch(compact=...): loop iterations on the live lanes only",
+    "matchbox_merged": "matchbox with @batch(merge_calls=True): sibling recursive calls as one call",
     "compiled": "torch.compile of the hand-written variant",
     "matchbox_compiled": "torch.compile of the matchbox variant",
 }

@@ -67,13 +67,14 @@ def table(records):
     for r in records:
         rows.setdefault((r["task"], r["size"], r["batch_size"]), {})[r["variant"]] = r["seconds"]
     head = ["task", "size", "batch"] + [f"{k} (s)" for k in kinds] + [
-        "matchbox / hand", "whole / hand", "compact / hand", "compiled mb / hand",
+        "matchbox / hand", "whole / hand", "compact / hand", "merged / hand", "compiled mb / hand",
         "per-example / matchbox"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (task, size, bs), t in rows.items():
         cells = [task, size, str(bs)] + [f"{t[k]:.4f}" if k in t else "–" for k in kinds]
         cells += [ratio(t.get(k), t.get("hand"))
-                  for k in ("matchbox", "matchbox_whole", "matchbox_compact", "matchbox_compiled")]
+                  for k in ("matchbox", "matchbox_whole", "matchbox_compact", "matchbox_merged",
+                            "matchbox_compiled")]
         cells.append(ratio(t.get("per_example"), t.get("matchbox")))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

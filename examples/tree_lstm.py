@@ -25,6 +25,9 @@ matchbox features exercised: ``@matchbox.batch`` on methods with recursion
 per-example condition, multiple return values, indexing by a per-example
 index (``x[:, i]``), embedding, linear, chunk, cross_entropy with
 ``reduction='none'``, argmax, and gradients through all of it.
+With ``@matchbox.batch(merge_calls=True)`` on ``encode`` the calls on a
+node's two children run as one call, so the recursion runs one call per
+depth instead of one per path (``bench/tasks/treelstm.py`` times both).
 
 Run:  python -m examples.tree_lstm [--steps 30] [--batch-size 32] [--seed 0] [--threads 1]
 """

@@ -9,6 +9,9 @@ bracketings.  Variants:
 - ``per_example``: the recursive example-level model on each tree alone;
 - ``matchbox``: the same recursion under ``@matchbox.batch`` on a MaskedBatch
   of trees;
+- ``matchbox_merged``: the same under ``@matchbox.batch(merge_calls=True)``:
+  the two recursive calls on a node's children run as one call, so the
+  recursion runs one call per depth instead of one per path;
 - ``hand``: what an expert writes for the same module: level-by-level
   batching.  Every node gets a height (leaves 0, else 1 + the taller child);
   all leaves of all trees go through one batched leaf cell, then all nodes of
@@ -24,11 +27,13 @@ embeddings, 256 hidden; Tai et al. used 300 / 150 on SST).  The vocabulary is
 the example's synthetic one (20 words), so the embedding is small.
 """
 import random
+import types
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as TF
 
+import matchbox as mb_lib
 from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.tree_lstm import TreeLSTM, make_batch, random_tree
@@ -109,10 +114,16 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
     def matchbox():
         return mb(*batch)[0].data.sum()
 
+    merged = fresh(model)
+    merged.encode = types.MethodType(
+        mb_lib.batch(TreeLSTM.encode.__wrapped__, merge_calls=True), merged)
+    def matchbox_merged():
+        return merged(*batch)[0].data.sum()
+
     hand = fresh(model)
     plan = schedule(trees, device)
     def hand_written():
         return hand_loss(hand, plan)
 
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
-            "matchbox": Variant(matchbox, mb)}
+            "matchbox": Variant(matchbox, mb), "matchbox_merged": Variant(matchbox_merged, merged)}

@@ -9,7 +9,7 @@ import os
 import types
 
 from . import (assignments, break_statements, calls, conditionals, continue_statements,
-               logical, loops, reads, returns, runtime, unsupported)
+               logical, loops, reads, returns, runtime, sibling_calls, unsupported)
 from .analysis import loop_temporaries
 from .naming import Namer
 from .parser import load_function, parse_function
@@ -19,6 +19,7 @@ __all__ = ["batch", "to_source", "PASSES"]
 #: The passes, in the order they run.  Each is ``transform(fdef, ctx)``.
 PASSES = (
     unsupported,          # raise at decoration time for what cannot be batched
+    sibling_calls,        # f(a); f(b) recursive siblings -> one call (merge_calls=True)
     returns,              # return            -> do_return / retval flags
     break_statements,     # break             -> break_ flag, guarded rest
     continue_statements,  # continue          -> continue_ flag, guarded rest
@@ -34,11 +35,11 @@ PASSES = (
 class Context:
     """What the passes share about the function being converted."""
 
-    def __init__(self, fdef, origin, fn_name, max_iterations, compact=None):
+    def __init__(self, fdef, origin, fn_name, max_iterations, compact=None, merge_calls=False):
         self.namer = Namer(fdef)
         self.runtime = self.namer.new("_mb")
         self.origin, self.fn_name, self.max_iterations = origin, fn_name, max_iterations
-        self.compact = compact
+        self.compact, self.merge_calls = compact, merge_calls
         # stores of loop temporaries, found before any pass moves statements
         self.loop_temporaries = loop_temporaries(fdef)
 
@@ -47,10 +48,11 @@ def _disabled():
     return os.environ.get("MATCHBOX_DISABLE", "").strip() not in ("", "0", "false", "False")
 
 
-def convert(fn, max_iterations=None, compact=None):
+def convert(fn, max_iterations=None, compact=None, merge_calls=False):
     """The rewritten function for ``fn`` and its source."""
     fdef, origin = parse_function(fn)
-    ctx = Context(fdef, origin, getattr(fn, "__qualname__", fdef.name), max_iterations, compact)
+    ctx = Context(fdef, origin, getattr(fn, "__qualname__", fdef.name), max_iterations, compact,
+                  merge_calls)
     for p in PASSES:
         fdef = p.transform(fdef, ctx)
     ast.fix_missing_locations(fdef)
@@ -61,7 +63,7 @@ def convert(fn, max_iterations=None, compact=None):
     return new
 
 
-def batch(fn=None, *, max_iterations=None, compact=None):
+def batch(fn=None, *, max_iterations=None, compact=None, merge_calls=False):
     """Make example-level code with per-example control flow run on a
     :class:`~matchbox.MaskedBatch` (SPEC section 4).
 
@@ -79,6 +81,14 @@ def batch(fn=None, *, max_iterations=None, compact=None):
     over ``x.unbind(d)`` (d dynamic) runs its steps on the examples that
     have them the same way, keeping its variables compacted between steps
     (see docs/batch.md).
+
+    ``merge_calls=True``: two consecutive calls of the function to itself
+    that do not depend on each other (``a = f(left)`` then ``b = f(right)``
+    in a tree recursion) run as one call on both calls' examples, so a
+    recursion runs one call per depth instead of one per path.  Each
+    example's results are unchanged; only the order of side effects
+    between the two calls is, so use it for functions whose calls do not
+    change shared state in an order that matters.
     """
     if compact is True:
         compact = 0.5
@@ -87,10 +97,12 @@ def batch(fn=None, *, max_iterations=None, compact=None):
         raise ValueError(f"@batch(compact=...) takes a share of lanes in (0, 1] or True, got {compact!r}")
     compact = compact or None
     if fn is None:
-        return functools.partial(batch, max_iterations=max_iterations, compact=compact)
+        return functools.partial(batch, max_iterations=max_iterations, compact=compact,
+                                 merge_calls=merge_calls)
     if _disabled():
         return fn
-    again = functools.partial(batch, max_iterations=max_iterations, compact=compact)
+    again = functools.partial(batch, max_iterations=max_iterations, compact=compact,
+                              merge_calls=merge_calls)
     if isinstance(fn, types.MethodType):
         return types.MethodType(again(fn.__func__), fn.__self__)
     if isinstance(fn, (staticmethod, classmethod)):
@@ -99,7 +111,7 @@ def batch(fn=None, *, max_iterations=None, compact=None):
         return fn
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"@matchbox.batch expects a function or method, got {type(fn).__name__}")
-    return convert(fn, max_iterations, compact)
+    return convert(fn, max_iterations, compact, bool(merge_calls))
 
 
 def to_source(fn):

@@ -2,10 +2,12 @@
 differently shaped trees, each tree's own losses, counts and gradients."""
 import math
 import random
+import types
 
 import pytest
 import torch
 
+import matchbox
 from examples import tree_lstm
 from matchbox.test_utils import draw_lengths, mb_test
 
@@ -44,3 +46,14 @@ def test_main_learns():
     m = tree_lstm.main(steps=4, batch_size=8, max_leaves=4, eval_size=16)
     assert all(math.isfinite(v) for v in m.values())
     assert m["loss"] < m["start_loss"]
+
+
+@pytest.mark.parametrize("B", (1, 5))
+@pytest.mark.parametrize("mode", ("mixed", "one", "equal"))
+def test_merged_calls_match_per_tree(mode, B):
+    """@batch(merge_calls=True): the calls on a node's two children run as one."""
+    model = tree_lstm.TreeLSTM(dim=6, hidden=5).double()
+    model.encode = types.MethodType(
+        matchbox.batch(tree_lstm.TreeLSTM.encode.__wrapped__, merge_calls=True), model)
+    batch = tree_lstm.make_batch(trees(B, mode, seed=B + 1))
+    mb_test(model, *batch, seed=0)

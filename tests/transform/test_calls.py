@@ -2,11 +2,13 @@
 region runs for the lanes active there.  A TreeLSTM-style encoder recurses
 on left/right children of random binary trees stored as per-example index
 tensors (leaves point at an out-of-range index)."""
+import contextlib
 import random
 
 import pytest
 import torch
 
+import matchbox
 from matchbox import MaskedBatch, batch
 from matchbox.test_utils import mb_test
 
@@ -97,3 +99,69 @@ def test_tree_encoder_plain_tensors():
     w = torch.randn(H)
     h, c = encode(torch.tensor([left]), torch.tensor([right]), feats, torch.tensor([0]), w)
     assert h.shape == (1, H)
+
+
+# ------------------------------------------------------------------ merge_calls=True
+@contextlib.contextmanager
+def recursing_into(name, merged):
+    """The module global ``name``, which the recursion calls, bound to the
+    merged version for a while."""
+    plain = globals()[name]
+    globals()[name] = merged
+    try:
+        yield merged
+    finally:
+        globals()[name] = plain
+
+
+def test_sibling_calls_are_merged_only_when_asked():
+    assert "sibling_calls" in matchbox.to_source(batch(encode.__wrapped__, merge_calls=True))
+    assert "sibling_calls" not in matchbox.to_source(encode)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("B", (1, 6))
+def test_merged_tree_recursion_equals_per_example(seed, B):
+    left, right, feats, root = tree_batch(B, seed)
+    with recursing_into("encode", batch(encode.__wrapped__, merge_calls=True)) as f:
+        mb_test(f, left, right, feats, root, (H,), dtype=torch.float64, seed=seed)
+
+
+def fib_like(x, n):
+    """Two recursive calls with different per-example arguments and a
+    number returned at the leaves."""
+    if n <= 1:
+        return x * 0.0 + 1.0
+    a = fib_like(x * 0.5, n - 1)
+    b = fib_like(x + 1.0, n - 2)
+    return a + b * x
+
+
+def dependent(x, n):
+    if n <= 0:
+        return x * 1.0
+    a = dependent(x, n - 1)
+    b = dependent(a, n - 1)      # reads the first call's result: not merged
+    return a + b
+
+
+@pytest.mark.parametrize("lengths", ("mixed", "one", "equal"))
+@pytest.mark.parametrize("name", ["fib_like", "dependent"])
+def test_merged_recursion_with_per_example_arguments(name, lengths):
+    n = MaskedBatch.fromlist([torch.tensor([k]) for k in (0, 3, 1, 4, 2)], ())
+    with recursing_into(name, batch(globals()[name], merge_calls=True)) as f:
+        mb_test(f, (5, (False, 2)), n, lengths=lengths, dtype=torch.float64)
+        assert ("sibling_calls" in matchbox.to_source(f)) == (name == "fib_like")
+
+
+def differing_constant(x, depth):
+    if depth >= 2 or x.sum() > 3:
+        return x * 1.0
+    a = differing_constant(x + 1.0, depth + 1)
+    b = differing_constant(x * 2.0, depth + 2)   # python ints that differ: two plain calls
+    return a - b
+
+
+def test_calls_that_do_not_stack_run_one_after_the_other():
+    with recursing_into("differing_constant", batch(differing_constant, merge_calls=True)) as f:
+        mb_test(lambda x: f(x, 0), (5, (False, 2)), dtype=torch.float64)
