@@ -1,8 +1,9 @@
 """The runtime that code rewritten by ``@batch`` calls.
 
 The execution mask (the bool Tensor ``(B,)`` of active lanes, or ``None``
-when every lane is active) lives in :mod:`matchbox._lanes`, a ContextVar,
-so threads and asyncio tasks each have their own.  Every helper here keeps
+when every lane is active) lives in :mod:`matchbox._lanes`, per-thread
+storage that each @batch call sets and resets, so threads and asyncio
+tasks each have their own.  Every helper here keeps
 plain Python semantics when its condition is a Python value (or a plain
 Tensor at batch size one); only a :class:`MaskedBatch` condition makes the
 code run lane by lane.
@@ -13,6 +14,7 @@ code run lane by lane.
   :func:`enumerate_`, :func:`zip_`, :func:`reversed_`
 - state: :func:`assign`, :func:`aug_assign`, :func:`setattr_`,
   :func:`append`, :func:`read`, :class:`Undefined`
+- calls: :func:`sibling_calls` (``@batch(merge_calls=True)``)
 """
 import builtins
 import operator

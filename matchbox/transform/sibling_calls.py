@@ -29,10 +29,6 @@ def _names(node):
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def _stored(target):
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-
-
 class _Merger:
     def __init__(self, fdef, ctx):
         self.ctx, self.name = ctx, fdef.name
@@ -62,7 +58,7 @@ class _Merger:
             b = stmts[i + 1] if i + 1 < len(stmts) else None
             ca, cb = self._recursive_call(a), b is not None and self._recursive_call(b)
             if ca and cb and ast.dump(ca.func) == ast.dump(cb.func) \
-                    and not _stored(a.targets[0]) & _names(cb):
+                    and not _names(a.targets[0]) & _names(cb):
                 out += self._merged(a, b)
                 i += 2
             else:
