@@ -584,29 +584,30 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
             dynamic = False
         else:
             ones = torch.ones(ref.data.size(0), dtype=torch.bool, device=ref.data.device)
-            pres = torch.stack([ones if p is None else p for p in pres])
+            held = torch.stack([ones if p is None else p for p in pres])
             # one host read, not one per element: do the lanes differ, and
             # does an item ever exist where the one before it does not?
-            same, prefix = torch.stack([(pres == pres[:1]).all(),
-                                        (pres[1:] <= pres[:-1]).all()]).tolist()
+            same, prefix = torch.stack([(held == held[:1]).all(),
+                                        (held[1:] <= held[:-1]).all()]).tolist()
             dynamic, gaps = not same, gaps and not prefix
     shape = ref.data.shape
     if all(p.data.shape == shape and not any(p.dims) for p in parts):
-        return _stack_static(parts, d, bool(dynamic), gaps)
+        return _stack_static(parts, pres, d, bool(dynamic), gaps)
     return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
 
 
-def _stack_static(parts, d, dynamic, gaps):
+def _stack_static(parts, pres, d, dynamic, gaps):
     """``stack`` of same-shape values with static dims (RNN states): one
-    ``torch.stack``; their masks, if any, only say which lanes hold them.
-    ``gaps``: some example lacks an item that one after it has."""
+    ``torch.stack``; their masks, if any, only say which lanes hold them
+    (``pres``: each part's lanes, None for all).  ``gaps``: some example
+    lacks an item that one after it has."""
     data = torch.stack([p.data for p in parts], d)
     dims = (False,) * (d - 1) + (dynamic,) + (False,) * (data.dim() - d - 1)
-    if all(p._mask is None for p in parts):
+    if all(p is None for p in pres):
         return new(data, None, dims)
     B = data.size(0)
     ones = torch.ones(B, dtype=torch.bool, device=data.device)
-    lanes = [ones if p._mask is None else lanes_present(p, False) for p in parts]
+    lanes = [ones if p is None else p for p in pres]
     view = [B] + [1] * (data.dim() - 1)
     if not dynamic:
         return new(data, functools.reduce(operator.and_, lanes).view(view), dims)
