@@ -76,7 +76,13 @@ class Compaction:
         return _new(x.data.index_select(0, self.rows), mask, x.dims, x._zero)
 
     def take(self, x):
-        """``x`` as this iteration reads it: the live rows of a full-batch value."""
+        """``x`` as this iteration reads it: the live rows of a full-batch
+        value (of each, in a tuple)."""
+        if isinstance(x, tuple):
+            return tuple(self.take(v) for v in x)
+        return self._take(x)
+
+    def _take(self, x):
         return self.gather(x) if self.full(x) else x
 
     def keep(self, old, current, new):
@@ -152,12 +158,10 @@ class StepCompaction(Compaction):
         kept = getattr(x, "_kept", None) if type(x) is MaskedBatch else None
         return kept if kept is not None and kept[0] is self else None
 
-    def take(self, x):
-        if isinstance(x, tuple):
-            return tuple(self.take(v) for v in x)
+    def _take(self, x):
         kept = self._kept(x)
         if kept is None:
-            return super().take(x)
+            return super()._take(x)
         m = x._data.size(0)
         if m == self.n:
             return x
