@@ -383,8 +383,8 @@ def _compacted_assign(comp, old, new, keep=True):
     """``assign`` in a compacted loop: the update of the live lanes, kept
     compacted (a variable in a compacted ``for``, with ``keep``) or
     scattered back into the full-batch ``old``."""
-    if isinstance(new, tuple) and isinstance(old, (tuple, Undefined)) \
-            and len(new) == len(old if isinstance(old, tuple) else new):
+    if isinstance(new, tuple) and (isinstance(old, Undefined)
+                                   or isinstance(old, tuple) and len(old) == len(new)):
         olds = old if isinstance(old, tuple) else (old,) * len(new)
         return tuple(_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new))
     current = comp.take(old)
@@ -502,7 +502,7 @@ def _unstacked(out, rows, n, B):
             f"@batch(merge_calls=True): the merged calls returned a {type(out).__name__} that "
             f"cannot be split between them; return MaskedBatches, numbers or tuples of them, "
             f"or leave merge_calls off")
-    return out, out  # a number (or None) that every example got
+    return out, out  # a number, None or undefined: the same for every example
 
 
 # ------------------------------------------------------------------ lists
@@ -592,11 +592,15 @@ def _append(lst, value):
 
 # ------------------------------------------------------------------ loops
 class _Loop:
-    compact = None  # the share of lanes at which a loop compacts (see compaction.py)
-
-    def __init__(self, description, max_iterations):
+    def __init__(self, description, max_iterations, compact=None):
+        """``compact``: the share of lanes at which the loop compacts (see
+        compaction.py); only the code of the function that made the loop
+        (the caller of the subclass's ``__init__``) gathers and scatters."""
         self.description, self.max_iterations = description, max_iterations
         self.count = 0
+        self.compact, self.compaction = compact, None
+        if compact is not None:
+            self.codes = function_codes(sys._getframe(2).f_code)
 
     def __enter__(self):
         self.outer = active_lanes()
@@ -644,10 +648,7 @@ class while_loop(_Loop):
     lanes only (see compaction.py)."""
 
     def __init__(self, description, max_iterations, compact=None):
-        super().__init__(description, max_iterations)
-        self.compact, self.compaction = compact, None
-        if compact is not None:
-            self.codes = function_codes(sys._getframe(1).f_code)
+        super().__init__(description, max_iterations, compact)
 
     def test(self, c):
         self._tick()
@@ -730,11 +731,8 @@ class for_loop(_Loop):
     assigns are put back together after it by ``loop.settle(x)``."""
 
     def __init__(self, iterable, extra, description, max_iterations, compact=None):
-        super().__init__(description, max_iterations)
+        super().__init__(description, max_iterations, compact)
         self.iterable, self.extra = iterable, extra
-        self.compact, self.compaction = compact, None
-        if compact is not None:
-            self.codes = function_codes(sys._getframe(1).f_code)
 
     def __iter__(self):
         steps = _Steps.of(self.iterable)
