@@ -7,12 +7,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as TF
 
-import matchbox
 import matchbox.functional as F
 from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.bilstm_tagger import Grammar, Tagger, run_backward, run_forward
-from matchbox import MaskedBatch
+from matchbox import MaskedBatch, batch
 
 NAME = "bilstm"
 TRAINS = True
@@ -46,7 +45,7 @@ def hand_loss(model, words, tags, real):
 
 # the tagger's step loops under @batch(compact=1.0): every step runs on the
 # sentences that have that word only, the examples sorted by length once
-COMPACTED = tuple(matchbox.batch(f.__wrapped__, compact=1.0) for f in (run_forward, run_backward))
+COMPACTED = tuple(batch(f.__wrapped__, compact=1.0) for f in (run_forward, run_backward))
 
 
 def compacted_loss(model, words, tags):

@@ -33,14 +33,18 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as TF
 
-import matchbox as mb_lib
 from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.tree_lstm import TreeLSTM, make_batch, random_tree
+from matchbox import batch
 
 NAME = "treelstm"
 TRAINS = True
 SIZES = {"small": dict(dim=32, hidden=64), "paper": dict(dim=128, hidden=256)}
+
+# the example's encode under @batch(merge_calls=True): a node's two
+# recursive calls run as one
+MERGED_ENCODE = batch(TreeLSTM.encode.__wrapped__, merge_calls=True)
 
 
 @dataclass
@@ -115,8 +119,7 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
         return mb(*batch)[0].data.sum()
 
     merged = fresh(model)
-    merged.encode = types.MethodType(
-        mb_lib.batch(TreeLSTM.encode.__wrapped__, merge_calls=True), merged)
+    merged.encode = types.MethodType(MERGED_ENCODE, merged)
     def matchbox_merged():
         return merged(*batch)[0].data.sum()
 
