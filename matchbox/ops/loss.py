@@ -18,8 +18,10 @@ position).  ``'mean'`` and ``'sum'`` return a plain scalar Tensor computed
 over real entries only, equal to the same statistic over the concatenated
 examples (e.g. the mean over all real tokens of all examples; with
 ``weight``, torch's weighted mean over all real entries).  Non-real entries
-(padding, dormant lanes) get an ignored target or a safe value via
-``where`` and contribute exactly zero to values and gradients.
+(padding, dormant lanes) contribute exactly zero to values and gradients:
+on CPU the class losses gather the real positions and never read the rest
+(see ``gathers_rows``); otherwise, and for the other losses, non-real
+entries get an ignored target or a safe value via ``where``.
 """
 import sys
 
@@ -28,7 +30,9 @@ import torch.nn.functional as F
 from torch.nn import _reduction as _Reduction
 
 from .._lanes import active_lanes, batch_size_hint
-from ._registry import align, canon_mask, fail_if, is_mb, keep, new, register, with_lanes
+from . import _registry
+from ._registry import (align, canon_mask, fail_if, is_mb, keep, new, register,
+                        scatter_rows, with_lanes)
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"]
@@ -159,6 +163,9 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
     out_dims = tuple(a or b for a, b in zip(x.dims[1:], t.dims))
     real = with_lanes(pos, t.data.dim())
     xd, td = x.data, t.data
+    if real is not None and _registry.gathers_rows(xd):
+        return _on_real_positions(fn, xd, td, real, pos, out_dims, reduction,
+                                  weight=weight, ignore_index=ignore_index, **extra)
     if real is not None:
         if not (x.mb is not None and x.mb._zero and active_lanes() is None):
             xd = keep(real.unsqueeze(1), xd, 0)  # (else its padding is 0 already)
@@ -166,6 +173,22 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
     out = fn(xd, td, weight, ignore_index=ignore_index, reduction=reduction, **extra)
     if reduction != "none":
         return out
+    return new(out, canon_mask(pos, out.shape, out_dims), out_dims)
+
+
+def _on_real_positions(fn, xd, td, real, pos, out_dims, reduction, **kwargs):
+    """The class loss ``fn`` on the real positions only: their class vectors
+    (the input's dim 1) gathered into ``(n, C)`` rows, their targets into
+    ``(n,)``.  Padding is never read (so never costs compute and gets zero
+    gradient), and the rows' log-softmax runs on contiguous memory, where the
+    padded ``(B, C, n)`` layout would first be copied.  'none' puts the
+    losses back at their positions, 0 elsewhere."""
+    rows = real.expand(td.shape).reshape(-1).nonzero().squeeze(1)
+    classes = xd.movedim(1, -1).reshape(-1, xd.size(1)).index_select(0, rows)
+    out = fn(classes, td.reshape(-1).index_select(0, rows), reduction=reduction, **kwargs)
+    if reduction != "none":
+        return out
+    out = scatter_rows(out, rows, td.numel()).view(td.shape)
     return new(out, canon_mask(pos, out.shape, out_dims), out_dims)
 
 

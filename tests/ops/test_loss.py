@@ -83,6 +83,7 @@ def _ignore_of(opts):
     return opts.get("ignore_index") if "ignore_index" in opts else None
 
 
+@pytest.mark.usefixtures("row_strategy")
 # ------------------------------------------------------------------ cross_entropy
 @pytest.mark.parametrize("option", CE_OPTIONS)
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -95,6 +96,7 @@ def test_cross_entropy_none(lengths, layout, option):
     assert isinstance(out, MaskedBatch) and out.dims == td
 
 
+@pytest.mark.usefixtures("row_strategy")
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("option", CE_OPTIONS)
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -136,6 +138,7 @@ def test_cross_entropy_default_is_mean_scalar():
     torch.testing.assert_close(out, want)
 
 
+@pytest.mark.usefixtures("row_strategy")
 def test_cross_entropy_plain_target_tensor():
     """Logits as a batch, labels as an ordinary (B,) Tensor."""
     xs, xd, ts, td = _class_examples("class", [1, 1, 1, 1])
@@ -154,6 +157,7 @@ def test_cross_entropy_legacy_size_average():
     torch.testing.assert_close(out, want)
 
 
+@pytest.mark.usefixtures("row_strategy")
 def test_cross_entropy_nan_padding_and_garbage_targets():
     lengths = [1, 4, 2]
     xs, xd, ts, td = _class_examples("seq", lengths)
@@ -180,6 +184,7 @@ def test_cross_entropy_nan_padding_and_garbage_targets():
         torch.testing.assert_close(e, F.cross_entropy(xe, te, reduction="none"))
 
 
+@pytest.mark.usefixtures("row_strategy")
 def test_cross_entropy_dormant_lanes_excluded():
     xs, xd, ts, td = _class_examples("class", [1, 1, 1])
     xb, tb = MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td)
@@ -214,6 +219,7 @@ def test_cross_entropy_errors():
 NLL_OPTIONS = {k: v for k, v in CE_OPTIONS.items() if "label_smoothing" not in v}
 
 
+@pytest.mark.usefixtures("row_strategy")
 @pytest.mark.parametrize("option", NLL_OPTIONS)
 @pytest.mark.parametrize("layout", ["class", "seq", "grid"])
 @pytest.mark.parametrize("lengths", LENGTHS)
