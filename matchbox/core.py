@@ -76,8 +76,12 @@ class MaskedBatch:
     # _cut: lanes whose gradient @batch's read cuts (see the data property)
     # _kept: set by a compacted @batch for loop on the values it keeps
     # compacted between iterations (see transform/compaction.py)
+    # _update_of: (base data, its version, lanes), set by a rule whose result
+    # equals ``base`` outside the active ``lanes`` (an RNN cell writes its
+    # new state rows into the old state), so @batch's masked update of that
+    # state by this result is the result itself (runtime.select)
     __slots__ = ("_data", "_cut", "_mask", "dims", "_zero_at", "_rows", "_listed", "_kept",
-                 "__weakref__")
+                 "_update_of", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None):
         if not isinstance(data, torch.Tensor):

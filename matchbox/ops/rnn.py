@@ -8,8 +8,9 @@ or plain Tensors with leading size 1 (shared by every example) or ``B`` (e.g.
 the zero state the cell modules build themselves from ``input.size(0)``).
 The result mask is the conjunction of the operands' (lane) masks.  Non-real
 lanes (a False mask, or dormant SIMT lanes) never reach the cell: on CPU only
-the real rows are gathered, run and scattered back (the others get zeros);
-on GPU (where finding the rows would wait for the device) every row runs,
+the real rows are gathered, run and scattered back (the others get zeros,
+or, when only dormant lanes are left out, the old state's rows); on GPU
+(where finding the rows would wait for the device) every row runs,
 non-real ones fed zeros and their outputs zeroed with ``where``.  Either
 way they never leak NaN and add nothing to the weight gradients.
 
@@ -23,7 +24,7 @@ call (see :func:`lstm`).
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .._lanes import batch_size_hint
+from .._lanes import active_lanes, batch_size_hint
 from . import _registry
 from ._registry import is_mb, keep, new, real_mask, register, scatter_rows, uncut, with_lanes
 
@@ -67,18 +68,32 @@ def _operands(opname, tensors):
 
 
 def _run(cell, datas, mask, real):
-    """``cell(*datas)`` (a tuple of (B, H) results) on the real lanes only;
-    MaskedBatch results with ``mask``, 0 in the other lanes."""
+    """``cell(*datas)`` (a tuple of (B, H) results, the i-th the new value
+    of the state ``datas[i + 1]``) on the real lanes only; MaskedBatch
+    results with ``mask``, 0 in the other lanes.  Where only the active
+    lanes limit the real ones, a gathered run writes its rows into the old
+    states instead: @batch's masked update of a state by its new value
+    then has nothing left to do (``_update_of``)."""
     if real is None:
         outs = cell(*datas)
     elif _registry.gathers_rows(datas[0]):
         rows = real.reshape(-1).nonzero().squeeze(1)
         outs = cell(*(d.index_select(0, rows) for d in datas))
+        if mask is None:
+            return tuple(_written_into(state, rows, o) for state, o in zip(datas[1:], outs))
         outs = tuple(scatter_rows(o, rows, real.size(0)) for o in outs)
     else:
         outs = cell(*(keep(real, d, 0) for d in datas))
         outs = tuple(keep(real, o, 0) for o in outs)
     return tuple(new(o, mask, (False,), zero=True) for o in outs)
+
+
+def _written_into(state, rows, out):
+    """The (unmasked) MaskedBatch that is ``state`` with ``rows`` replaced
+    by ``out``: equal to ``state`` outside the active lanes."""
+    x = new(state.index_copy(0, rows, out), None, (False,))
+    x._update_of = (state, state._version, active_lanes())
+    return x
 
 
 def _check_params(opname, params):

@@ -273,6 +273,14 @@ def _full_mask(data, mask, dims, sizes_dyn):
     return mask.expand(shape)
 
 
+def _update_of(a, b, lanes):
+    """Whether MaskedBatch ``a`` is known to equal ``b`` outside ``lanes``
+    (made from ``b``'s data by a rule that wrote only these lanes' rows)."""
+    made = getattr(a, "_update_of", None)
+    return made is not None and made[0] is b.data and made[1] == made[0]._version \
+        and made[2] is lanes
+
+
 def select(lanes, a, b):
     """Per lane: ``a`` where ``lanes`` else ``b`` (values of any per-example
     kind: MaskedBatch, Tensor at batch size one, numbers, tuples of them)."""
@@ -282,6 +290,8 @@ def select(lanes, a, b):
             and a.dims == b.dims and a.data.shape == b.data.shape \
             and a.data.dtype == b.data.dtype:
         # the common case (loop state of one shape): one where, mask kept
+        if _update_of(a, b, lanes):
+            return a
         return _new(torch.where(_lane_view(lanes, a.data.dim()), a.data, b.data), a._mask, a.dims)
     if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
             and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):

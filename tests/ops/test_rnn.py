@@ -4,9 +4,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from matchbox import MaskedBatch
+from matchbox import MaskedBatch, batch
 from matchbox._lanes import lanes
 from matchbox.test_utils import mb_test
+from matchbox.transform.runtime import select
 
 # every test runs with real rows gathered (CPU) and with all rows masked (GPU)
 pytestmark = pytest.mark.usefixtures("row_strategy")
@@ -146,6 +147,67 @@ def test_cut_of_a_read_made_under_other_lanes_is_kept():
     assert read._cut is cut  # no where was made
     g, = torch.autograd.grad(out.data.sum(), x)
     assert torch.equal(g[1], torch.zeros(2)) and bool((g[0] != 0).all())
+
+
+def _in_a_loop(kind, cell, narrowed):
+    """A @batch loop over a sequence's steps carrying the cell's state;
+    with ``narrowed``, the new state is kept only by the examples whose
+    step sums above 0 (lanes narrower than those the cell ran under)."""
+    if kind == "lstm":
+        @batch
+        def run(xs):
+            h = c = xs.batch_zeros(2)
+            for x in xs.unbind(1):
+                if narrowed:
+                    h2, c2 = cell(x, (h, c))
+                    if x.sum() > 0:
+                        h, c = h2, c2
+                else:
+                    h, c = cell(x, (h, c))
+            return h * c
+    else:
+        @batch
+        def run(xs):
+            h = xs.batch_zeros(2)
+            for x in xs.unbind(1):
+                if narrowed:
+                    h2 = cell(x, h)
+                    if x.sum() > 0:
+                        h = h2
+                else:
+                    h = cell(x, h)
+            return h
+    return run
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+@pytest.mark.parametrize("narrowed", [False, True], ids=["updated", "narrowed"])
+@pytest.mark.parametrize("kind", CELLS)
+def test_state_carried_by_a_batch_loop(kind, narrowed, lengths):
+    """On CPU a cell writes its new rows into the old state, so the loop's
+    masked update has nothing to do; kept by fewer lanes, it still must.
+    (Without gradients too: then @batch's reads pass the values on as
+    they are.)"""
+    torch.manual_seed(0)
+    cell = CELLS[kind](3, 2).double()
+    run, spec = _in_a_loop(kind, cell, narrowed), (5, (True, 4), (False, 3))
+    mb_test(run, spec, lengths=lengths, params=list(cell.parameters()), dtype=torch.float64)
+    with torch.no_grad():
+        mb_test(run, spec, lengths=lengths, grad=False, dtype=torch.float64)
+
+
+def test_state_changed_in_place_after_the_cell_is_not_taken_as_kept(row_strategy):
+    """The masked update skips its ``where`` only while the old state is
+    the one the cell wrote into, unchanged since."""
+    cell = nn.GRUCell(3, 2).double()
+    x, h = MaskedBatch(torch.randn(3, 3, dtype=torch.float64)), MaskedBatch(torch.randn(3, 2, dtype=torch.float64))
+    active = torch.tensor([True, False, True])
+    with torch.no_grad(), lanes(active):
+        new = cell(x, h)
+        assert (select(active, new, h) is new) == (row_strategy == "gather")
+        h.data.mul_(2)
+        got = select(active, new, h)
+    torch.testing.assert_close(got.data, torch.where(active[:, None], new.data, h.data))
 
 
 def test_errors():
