@@ -39,8 +39,8 @@ def _operands(opname, tensors):
     batches = [t for t in tensors if is_mb(t)]
     B = batches[0]._data.size(0)
     datas, mask = [], None
-    names = ["input"] + [f"hidden state {i}" for i in range(len(tensors) - 1)]
-    for name, t in zip(names, tensors):
+    for i, t in enumerate(tensors):
+        name = "input" if i == 0 else f"hidden state {i - 1}"
         if is_mb(t):
             if t._data.dim() != 2:
                 raise ValueError(

@@ -530,7 +530,11 @@ def _tag(x, presence, counts=None, full=None):
 
 
 def _in_lanes(v, lanes, like=None):
-    """``v`` as a MaskedBatch whose mask is False in the lanes not in ``lanes``."""
+    """``v`` as a MaskedBatch whose mask is False in the lanes not in ``lanes``
+    (so those lanes are not real in it, and the gradient cut that a read
+    made under these lanes left pending is not needed: ``uncut``)."""
+    if type(v) is MaskedBatch:
+        v = _new(uncut(v), v._mask, v.dims)
     data, mask, dims = _canonical(v, lanes.size(0), like)
     full = _lane_view(lanes, data.dim())
     if mask is not None or any(dims):
