@@ -92,17 +92,39 @@ def _target_names(target):
     return None
 
 
+def _first_binds(block):
+    """``[(node, name, ids of block's nodes)]`` for the assignments at the
+    top level of ``block`` that are the first mention of ``name`` in it
+    and do not read it, and the same within the branches of the ``if``
+    statements at its top level (each branch a block of its own)."""
+    ids = {id(n) for s in block for n in walk_scope(s)}
+    binds, seen = [], set()
+    for stmt in block:
+        if isinstance(stmt, ast.Assign):
+            bound = [_target_names(t) for t in stmt.targets]
+            if None not in bound:
+                fresh = set().union(*bound) - seen - _names(stmt.value)
+                binds += [(stmt, name, ids) for name in fresh]
+        elif isinstance(stmt, ast.If):
+            binds += _first_binds(stmt.body) + _first_binds(stmt.orelse)
+        seen |= _names(stmt)
+    return binds
+
+
 def loop_temporaries(fdef):
     """``{(id(node), name)}``: stores that need no masking because ``name``
     is a loop temporary.  ``node`` is a ``for`` (its target) or an
-    assignment at the top level of a loop body that is the first mention of
-    ``name`` in that body and does not read it; and every read of ``name``
-    in the function lies in the body of a loop that binds it that way (not
-    in a loop test or ``else``, not after the loop, not in nested
-    functions).  Every iteration then binds ``name`` before reading it, and
-    only lanes that were active at the binding read it afterwards (lanes
-    only leave during an iteration), so what its dormant lanes hold is
-    never seen."""
+    assignment at the top level of a block, the block being a loop body or
+    a branch of an ``if`` in one (at its top level, recursively), that is
+    the first mention of ``name`` in that block and does not read it; and
+    every read of ``name`` in the function lies in a block that binds it
+    that way (not in a loop test, an ``if`` test or a loop's ``else``, not
+    after the loop, not in nested functions).  Every run of the block then
+    binds ``name`` before reading it, and only lanes that were active at
+    the binding read it afterwards (lanes only leave during a block), so
+    what its dormant lanes hold is never seen.  A binding inside another
+    block that binds ``name`` too is left out: after the inner block the
+    outer one may read ``name`` in lanes the inner one skipped."""
     loads = {}
     for n in walk_scope(fdef.body):
         if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
@@ -112,23 +134,22 @@ def loop_temporaries(fdef):
         if isinstance(n, SCOPES):
             excluded |= {m.id for m in ast.walk(n) if isinstance(m, ast.Name)}
 
-    binds = []   # (node, name, ids of the loop body's nodes)
+    binds = []   # (node, name, ids of the nodes of the block it binds in)
     for loop in walk_scope(fdef.body):
         if not isinstance(loop, LOOPS):
             continue
-        body = {id(n) for s in loop.body for n in walk_scope(s)}
         if isinstance(loop, (ast.For, ast.AsyncFor)):
+            body = {id(n) for s in loop.body for n in walk_scope(s)}
             binds += [(loop, name, body) for name in _target_names(loop.target) or ()]
-        seen = set()
-        for stmt in loop.body:
-            if isinstance(stmt, ast.Assign):
-                bound = [_target_names(t) for t in stmt.targets]
-                if None not in bound:
-                    fresh = set().union(*bound) - seen - _names(stmt.value)
-                    binds += [(stmt, name, body) for name in fresh]
-            seen |= _names(stmt)
+        binds += _first_binds(loop.body)
     where = {}
     for _, name, body in binds:
         where.setdefault(name, set()).update(body)
+    # a binding inside another block that binds the same name is masked: the
+    # outer block may read the name after it, in lanes the inner one skipped
+    nested = {(id(node), name) for node, name, _ in binds
+              for other, name2, body in binds
+              if name2 == name and other is not node and id(node) in body}
     return {(id(node), name) for node, name, _ in binds if name not in excluded
+            and (id(node), name) not in nested
             and all(i in where[name] for i in loads.get(name, ()))}

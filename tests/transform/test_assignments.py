@@ -201,6 +201,36 @@ def not_temporaries(x, z):
     return h + b
 
 
+@batch
+def branch_temporaries(x, z):
+    h = z * 1.0
+    for x_t in x.unbind(1):
+        if x_t.sum() > 0:
+            s = x_t.sum() * h      # a temporary of the branch: read only in it
+            h = h + s.tanh()
+        else:
+            s = h - 1              # the same name, a temporary of this branch too
+            h = h * 0.5 + s * 0.1
+    return h
+
+
+@batch
+def rebound_inside(x, z):
+    """``t`` is a temporary of the loop, but a branch and an inner loop bind
+    it afresh and the loop reads it after them, in lanes they skipped."""
+    h = z * 1.0
+    for x_t in x.unbind(1):
+        t = x_t.sum() + 1.0
+        if x_t.sum() > 0:
+            t = h * 3.0
+        n = 0
+        while n < x_t.sum().abs() * 2:
+            t = h - n
+            n += 1
+        h = h * 0.9 + t * 0.1
+    return h
+
+
 def test_loop_temporaries_are_plain_and_the_rest_masked():
     src = matchbox.to_source(loop_temporaries)
     for line in ("x_t = item", "t = torch.tanh(", "u = _mb.read(t) * 2", "t = _mb.read(h).abs()"):
@@ -210,9 +240,15 @@ def test_loop_temporaries_are_plain_and_the_rest_masked():
     for name in ("a", "b"):
         assert f"{name} = _mb.assign({name}," in src, src
     assert "c = _mb.assign(c, _mb.read(c) * _mb.read(b))" in src
+    src = matchbox.to_source(branch_temporaries)
+    assert "s = _mb.assign" not in src and "s = _mb.read(x_t).sum()" in src, src
+    src = matchbox.to_source(rebound_inside)
+    assert "t = _mb.read(x_t).sum() + 1.0" in src, src
+    assert src.count("t = _mb.assign(t,") == 2, src
 
 
 @pytest.mark.parametrize("lengths", LENGTHS)
-@pytest.mark.parametrize("f", [loop_temporaries, not_temporaries])
+@pytest.mark.parametrize("f", [loop_temporaries, not_temporaries, branch_temporaries,
+                               rebound_inside])
 def test_loop_temporaries_batched_equals_per_example(f, lengths):
     mb_test(f, SEQ, SCALAR, lengths=lengths, dtype=torch.float64)
