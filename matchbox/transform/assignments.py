@@ -8,8 +8,9 @@
     x[:, i] = v    ->  unchanged (MaskedBatch.__setitem__ honours the lanes)
 
 A loop's temporaries (``analysis.loop_temporaries``: bound first thing in
-each iteration, read only inside the body) keep plain assignments: what
-their dormant lanes hold is never read, so masking it would be wasted work.
+the loop body or in a branch in it, read only inside that block) keep
+plain assignments: what their dormant lanes hold is never read, so masking
+it would be wasted work.
 
 Outside any branch or loop assignments stay plain: a function called for
 some lanes only may compute anything in its dormant lanes, since its
