@@ -403,6 +403,8 @@ def _compacted_assign(comp, old, new, keep=True):
     kept = comp.keep(None if undefined else old, current, new) if keep else None
     if kept is not None:
         return kept
+    if not undefined and comp.compacted(old):
+        return new  # a loop temporary, bound (compacted) earlier in this iteration
     if comp.compacted(new):
         new = comp.expand(new)
     return new if undefined else select(comp.alive, new, comp.settle(old))

@@ -6,7 +6,8 @@ per-example bounds (plain, ``reversed``, ``enumerate``) and over the steps
 of a sequence of per-example length (``s.unbind(1)``, plain and
 ``reversed``), break, continue,
 early return, augmented and tuple assignment over a few float variables and
-an int counter, and checks each batched run against per-example runs
+an int counter, loop temporaries (``p``/``q`` bound and then read later in
+the same block, perhaps after a nested block that binds them again), and checks each batched run against per-example runs
 (values and gradients) with ``mb_test``.
 
 Only exact float ops (+, -, *, abs, clamp) are used, so a comparison takes
@@ -29,6 +30,7 @@ from matchbox import MaskedBatch
 from matchbox.test_utils import mb_test
 
 FLOATS = ("a", "b", "c")
+TEMPS = ("p", "q")  # only read in the block that binds them, after the binding
 
 
 def _tensorish(e):
@@ -104,6 +106,8 @@ class ProgramGenerator:
 
     def stmt(self, depth, loop, indent):
         pad = "    " * indent
+        if loop and self.rng.random() < 0.2:
+            return self.temporary(depth, loop, indent)
         r = self.rng.random()
         if depth >= self.max_depth:
             r = self.rng.random() * 0.45
@@ -159,6 +163,16 @@ class ProgramGenerator:
         if self.rng.random() < 0.15:
             lines += [f"{pad}else:"] + self.block(depth + 1, loop, indent + 1)
         return lines
+
+    def temporary(self, depth, loop, indent):
+        """``p = value``, maybe a nested statement (which may bind ``p``
+        again), then a read of ``p`` in the same block."""
+        pad = "    " * indent
+        t = self.rng.choice(TEMPS)
+        lines = [f"{pad}{t} = {self.value()}"]
+        if depth < self.max_depth and self.rng.random() < 0.5:
+            lines += self.stmt(depth + 1, loop, indent)
+        return lines + [f"{pad}{self.rng.choice(FLOATS)} = {self.rng.choice(FLOATS)} + {t} * 0.5"]
 
     def generate(self, name="prog"):
         lines = [f"def {name}(x, y, n, s):", "    a = x * 1.0", "    b = y + 0.5", "    c = x - y",

@@ -87,7 +87,20 @@ def tuple_state(x, z):
     return hc
 
 
-PROGRAMS = {"steps": (steps, (SEQ, SCALAR)), "tuple_state": (tuple_state, (SCALAR, SCALAR)), "breaks_and_returns": (breaks_and_returns, (SCALAR, SCALAR)),
+def rebound_temporary(x, z):
+    """``t`` is a loop temporary (compacted when bound); a branch binds it
+    again with a masked update before the loop reads it."""
+    h = x * 1.0
+    while h.sum() < 3:
+        t = h * 0.5 + z
+        if t.sum() > 1:
+            t = z * 2.0
+        h = h + t.abs() + 0.25
+    return h
+
+
+PROGRAMS = {"rebound_temporary": (rebound_temporary, (SCALAR, SCALAR)),
+            "steps": (steps, (SEQ, SCALAR)), "tuple_state": (tuple_state, (SCALAR, SCALAR)), "breaks_and_returns": (breaks_and_returns, (SCALAR, SCALAR)),
             "nested": (nested, (SEQ, SCALAR)), "attributes": (attributes, (SCALAR, SCALAR))}
 
 
@@ -279,6 +292,16 @@ def for_with_break(xs, z):
     return h
 
 
+def for_rebound_temporary(xs, z):
+    h = z * 1.0
+    for x in xs.unbind(1):
+        t = x.sum(-1, keepdim=True) + h
+        if t.sum() > 0:
+            t = h * 0.5
+        h = h * 0.9 + t
+    return h
+
+
 def for_subscript_store(xs, z):
     h = z * 1.0
     for x in xs.unbind(1):
@@ -287,7 +310,8 @@ def for_subscript_store(xs, z):
 
 
 FOR_PROGRAMS = {"rnn": rnn, "reversed_with_inner_while": reversed_with_inner_while,
-                "for_with_break": for_with_break, "for_subscript_store": for_subscript_store}
+                "for_with_break": for_with_break, "for_subscript_store": for_subscript_store,
+                "for_rebound_temporary": for_rebound_temporary}
 
 
 @pytest.mark.parametrize("lengths", LENGTHS)
