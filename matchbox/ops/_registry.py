@@ -21,7 +21,7 @@ __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
     "tensor_methods", "register_distinct", "canon_mask", "keep", "on_real_rows", "gathers_rows",
-    "scatter_rows", "uncut", "fail_if", "with_lanes",
+    "scatter_rows", "true_rows", "uncut", "fail_if", "with_lanes",
 ]
 
 _INSTALLED = set()
@@ -150,7 +150,7 @@ def keep(m, data, fill=0):
             k -= 1
         lead = data.shape[:k]
         if 0 < 4 * lead.numel() <= data.numel() and all(a in (1, b) for a, b in zip(m.shape, lead)):
-            false_rows = (~m.expand(lead + m.shape[k:])).reshape(-1).nonzero().squeeze(1)
+            false_rows = true_rows(~m, lead + m.shape[k:])
             out = data.reshape(lead.numel(), -1).index_fill(0, false_rows, fill)
             return out.view(data.shape)
     return torch.where(m, data, torch.as_tensor(fill, dtype=data.dtype, device=data.device))
@@ -182,6 +182,13 @@ def gathers_rows(t):
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
+def true_rows(m, shape=None):
+    """The flat indices of the True entries of bool ``m`` broadcast to
+    ``shape`` (its own by default): the rows that gathers take.  Found with
+    ``nonzero``, which waits for the device (see ``gathers_rows``)."""
+    return (m if shape is None else m.expand(shape)).reshape(-1).nonzero().squeeze(1)
+
+
 def scatter_rows(y, rows, n):
     """``y`` (one row per entry of ``rows``) put at those rows of ``n`` rows
     of zeros."""
@@ -208,7 +215,7 @@ def on_real_rows(x, m, fn, k=1):
     if hit is not None and hit[0] is m and hit[1] is data and hit[2] == key:
         rows, real = hit[3], hit[4]
     else:
-        rows = m.expand(lead + m.shape[len(lead):]).reshape(-1).nonzero().squeeze(1)
+        rows = true_rows(m, lead + m.shape[len(lead):])
         real = data.reshape((lead.numel(),) + data.shape[len(lead):]).index_select(0, rows)
         if not (data.requires_grad and data.is_leaf):
             x._rows = (m, data, key, rows, real)

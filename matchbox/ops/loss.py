@@ -32,7 +32,7 @@ from torch.nn import _reduction as _Reduction
 from .._lanes import active_lanes, batch_size_hint
 from . import _registry
 from ._registry import (align, canon_mask, fail_if, is_mb, keep, new, register,
-                        scatter_rows, with_lanes)
+                        scatter_rows, true_rows, with_lanes)
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"]
@@ -183,7 +183,7 @@ def _on_real_positions(fn, xd, td, real, pos, out_dims, reduction, **kwargs):
     gradient), and the rows' log-softmax runs on contiguous memory, where the
     padded ``(B, C, n)`` layout would first be copied.  'none' puts the
     losses back at their positions, 0 elsewhere."""
-    rows = real.expand(td.shape).reshape(-1).nonzero().squeeze(1)
+    rows = true_rows(real, td.shape)
     classes = xd.movedim(1, -1).reshape(-1, xd.size(1)).index_select(0, rows)
     out = fn(classes, td.reshape(-1).index_select(0, rows), reduction=reduction, **kwargs)
     if reduction != "none":

@@ -26,7 +26,8 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .._lanes import active_lanes, batch_size_hint
 from . import _registry
-from ._registry import is_mb, keep, new, real_mask, register, scatter_rows, uncut, with_lanes
+from ._registry import (is_mb, keep, new, real_mask, register, scatter_rows, true_rows, uncut,
+                        with_lanes)
 
 __all__ = ["rnn_tanh_cell", "rnn_relu_cell", "lstm_cell", "gru_cell",
            "lstm", "gru", "rnn_tanh", "rnn_relu"]
@@ -77,7 +78,7 @@ def _run(cell, datas, mask, real):
     if real is None:
         outs = cell(*datas)
     elif _registry.gathers_rows(datas[0]):
-        rows = real.reshape(-1).nonzero().squeeze(1)
+        rows = true_rows(real)
         outs = cell(*(d.index_select(0, rows) for d in datas))
         if mask is None:
             return tuple(_written_into(state, rows, o) for state, o in zip(datas[1:], outs))
