@@ -579,12 +579,12 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
     d = _new_dim(dim, ref.data.dim() + 1, "stack")
     pres = [lanes_present(p, False) for p in parts]
     gaps = any(p is not None for p in pres[:-1])  # an example may lack an item before its last
+    held = None
     if dynamic is None:
         if all(p is None for p in pres):
             dynamic = False
         else:
-            ones = torch.ones(ref.data.size(0), dtype=torch.bool, device=ref.data.device)
-            held = torch.stack([ones if p is None else p for p in pres])
+            held = _held(pres, ref.data)
             # one host read, not one per element: do the lanes differ, and
             # does an item ever exist where the one before it does not?
             same, prefix = torch.stack([(held == held[:1]).all(),
@@ -592,27 +592,34 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
             dynamic, gaps = not same, gaps and not prefix
     shape = ref.data.shape
     if all(p.data.shape == shape and not any(p.dims) for p in parts):
-        return _stack_static(parts, pres, d, bool(dynamic), gaps)
+        return _stack_static(parts, pres, held, d, bool(dynamic), gaps)
     return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
 
 
-def _stack_static(parts, pres, d, dynamic, gaps):
+def _held(pres, like):
+    """``(k, B)`` bool: the lanes that hold each of k items (``pres``: each
+    item's lanes, None for all)."""
+    ones = torch.ones(like.size(0), dtype=torch.bool, device=like.device)
+    return torch.stack([ones if p is None else p for p in pres])
+
+
+def _stack_static(parts, pres, held, d, dynamic, gaps):
     """``stack`` of same-shape values with static dims (RNN states): one
     ``torch.stack``; their masks, if any, only say which lanes hold them
-    (``pres``: each part's lanes, None for all).  ``gaps``: some example
-    lacks an item that one after it has."""
+    (``pres``: each part's lanes, None for all; ``held``: ``_held(pres)``
+    if already made).  ``gaps``: some example lacks an item that one after
+    it has."""
     data = torch.stack([p.data for p in parts], d)
     dims = (False,) * (d - 1) + (dynamic,) + (False,) * (data.dim() - d - 1)
     if all(p is None for p in pres):
         return new(data, None, dims)
-    B = data.size(0)
-    ones = torch.ones(B, dtype=torch.bool, device=data.device)
-    lanes = [ones if p is None else p for p in pres]
-    view = [B] + [1] * (data.dim() - 1)
+    if held is None:
+        held = _held(pres, data)
+    view = [data.size(0)] + [1] * (data.dim() - 1)
     if not dynamic:
-        return new(data, functools.reduce(operator.and_, lanes).view(view), dims)
+        return new(data, held.all(0).view(view), dims)
     view[d] = len(parts)
-    mask = torch.stack(lanes, 1).view(view)
+    mask = held.t().reshape(view)
     if gaps:  # move each example's items to the front
         data, mask = compact(data, mask, d)
     return new(data, mask, dims)
