@@ -1,8 +1,9 @@
 """torch.compile of straight-line code on MaskedBatch: one graph, no breaks
 (``fullgraph=True`` fails on any break), and the eager numbers, values and
 gradients.  Op rules keep no host decision out of the graph: the lane state
-is plain per-thread storage, row gathering and known-zero padding step aside,
-and the per-example checks run on the device (``_registry.fail_if``).  The
+is plain per-thread storage, row gathering (unless dynamo captures
+data-dependent shapes) and known-zero padding step aside, and the
+per-example checks run on the device (``_registry.fail_if``).  The
 ``aot_eager`` backend traces forward and backward without generating
 kernels, so the tests stay fast.  The control-flow side is in
 tests/transform/test_compile.py.
@@ -32,8 +33,21 @@ def _pairs(lengths, vocab, seed):
     return pairs
 
 
+def _traced(ops):
+    """``aot_eager``, noting the ops of each graph that dynamo captures."""
+    aot_eager = torch._dynamo.lookup_backend("aot_eager")
+    def backend(gm, inputs):
+        ops.update(str(n.target) for n in gm.graph.nodes)
+        return aot_eager(gm, inputs)
+    return backend
+
+
+@pytest.mark.parametrize("gather", [False, True], ids=["masked", "gathered"])
 @pytest.mark.parametrize("lengths", [(3, 1, 5), (4, 4), (2,)], ids=["random", "equal", "one"])
-def test_transformer_compiles_to_one_graph_with_eager_numbers(lengths):
+def test_transformer_compiles_to_one_graph_with_eager_numbers(lengths, gather):
+    """With dynamo's ``capture_dynamic_output_shape_ops``, row-wise rules
+    gather the real rows inside the graph (``nonzero``) as they do eagerly
+    on CPU; without it they mask every row."""
     torch.manual_seed(0)
     model = Transformer(vocab=11, d_model=8, heads=2, layers=1, d_ff=16, max_len=8).double()
     pairs = _pairs(lengths, 11, seed=len(lengths))
@@ -42,8 +56,12 @@ def test_transformer_compiles_to_one_graph_with_eager_numbers(lengths):
 
     eager = _loss(model, *batches)
     want = torch.autograd.grad(eager, params)
-    compiled = torch.compile(_loss, backend="aot_eager", fullgraph=True)(model, *batches)
+    ops = set()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=gather):
+        compiled = torch.compile(_loss, backend=_traced(ops), fullgraph=True)(model, *batches)
     got = torch.autograd.grad(compiled, params)
+    # one example has no padding: there are no rows to pick
+    assert any("nonzero" in op for op in ops) == (gather and len(lengths) > 1)
     torch.testing.assert_close(compiled, eager)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)

@@ -178,8 +178,12 @@ def gathers_rows(t):
     compute only the real rows of ``t`` (gather, run, scatter back: on CPU,
     it skips the work on padding and needs no masking) or every row with
     masking (elsewhere: finding the rows would make the host wait for the
-    device; and under torch.compile, where it would break the graph)."""
-    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+    device).  Under torch.compile, gathers trace into the graph only when
+    dynamo captures data-dependent shapes
+    (``torch._dynamo.config.capture_dynamic_output_shape_ops``); otherwise
+    ``nonzero`` would break the graph, and every row is masked."""
+    return t.device.type == "cpu" and (not torch.compiler.is_compiling()
+                                       or torch._dynamo.config.capture_dynamic_output_shape_ops)
 
 
 def true_rows(m, shape=None):
@@ -206,18 +210,20 @@ def on_real_rows(x, m, fn, k=1):
     the device (see ``gathers_rows``).  The gathered rows are kept on ``x``,
     so ops that share an input (attention's q, k and v) gather it once; not
     for a leaf that requires grad, which outlives a backward pass that
-    frees the gather's graph."""
+    frees the gather's graph; nor under torch.compile, where comparing the
+    cached tensors would break the graph."""
     data = uncut(x)
+    compiling = torch.compiler.is_compiling()
     lead = data.shape[:data.dim() - k]
     # x[i] = v replaces x.data, in-place ops bump its version; no_grad gathers have no graph
     key = (data._version, k, torch.is_grad_enabled())
-    hit = x._rows
+    hit = None if compiling else x._rows
     if hit is not None and hit[0] is m and hit[1] is data and hit[2] == key:
         rows, real = hit[3], hit[4]
     else:
         rows = true_rows(m, lead + m.shape[len(lead):])
         real = data.reshape((lead.numel(),) + data.shape[len(lead):]).index_select(0, rows)
-        if not (data.requires_grad and data.is_leaf):
+        if not (compiling or data.requires_grad and data.is_leaf):
             x._rows = (m, data, key, rows, real)
     y = fn(real)
     return scatter_rows(y, rows, lead.numel()).view(lead + y.shape[1:])
