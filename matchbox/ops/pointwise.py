@@ -61,10 +61,27 @@ def _zero_quotient(args):
             and math.isfinite(args[1]) and args[1] != 0)
 
 
-def _nary(f, zero=None):
+def _finite_padding(args, safe=()):
+    """``args`` with 0 in the padding of every MaskedBatch operand (but those
+    in ``safe``, set to safe values already) when a plain Tensor operand
+    requires grad.  Such a parameter broadcasts over the padding, so its
+    gradient sums over it: ``x * w`` gives ``w`` the gradient ``sum(g * x)``,
+    where ``0 * NaN`` is NaN, and ``tanh(x + b)`` backpropagates NaN from
+    NaN padding.  Padding that is known to be 0 costs nothing."""
+    if not torch.is_grad_enabled() or not any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        return args
+    return tuple(new(neutralize(a, 0), a._mask, a.dims, True)
+                 if i not in safe and is_mb(a) and a._mask is not None and not a._zero else a
+                 for i, a in enumerate(args))
+
+
+def _nary(f, zero=None, safe=()):
     """A rule for a broadcasting op over several operands; ``zero(args)``
-    says whether zero padding survives."""
+    says whether zero padding survives; the operands in ``safe`` already
+    hold safe values in their padding."""
     def rule(*args, **kwargs):
+        args = _finite_padding(args, safe)
         datas, mask, dims = align(args, getattr(f, "__name__", "op"))
         return new(f(*datas, **kwargs), mask, dims, zero is not None and zero(args))
     rule.__name__ = getattr(f, "__name__", "nary")
@@ -74,7 +91,7 @@ def _nary(f, zero=None):
 def _safe_nary(f, safe_args, zero=None):
     """Like ``_nary`` but sets the listed operands to safe values at their
     non-real entries first."""
-    plain = _nary(f)
+    plain = _nary(f, safe=safe_args)
 
     def rule(*args, **kwargs):
         fixed = []

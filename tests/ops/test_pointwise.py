@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from matchbox import MaskedBatch
 from matchbox.test_utils import mb_test
+from tests.ops._padding import poison
 
 LENGTHS = ("mixed", "one", "equal")
 SPECS = {
@@ -123,6 +124,29 @@ def test_padding_nan_never_reaches_real_gradients():
     y.backward()
     assert torch.isfinite(data.grad).all()
     assert torch.equal(data.grad[0, 2:], torch.zeros(2, dtype=torch.float64))
+
+
+# a parameter w broadcast over every position of x
+PARAM_OPS = {
+    "mul": lambda x, w: x * w, "add_tanh": lambda x, w: torch.tanh(x + w),
+    "rsub_sigmoid": lambda x, w: torch.sigmoid(w - x), "div": lambda x, w: x / (w.abs() + 1),
+    "addcmul": lambda x, w: torch.addcmul(x, x, w), "lerp": lambda x, w: torch.lerp(x, 2 * x, w.sigmoid()),
+}
+
+
+@pytest.mark.parametrize("name", PARAM_OPS)
+def test_nan_padding_never_reaches_a_broadcast_parameter(name):
+    """A parameter's gradient sums over the padding it broadcasts over
+    (``x * w`` gives ``w`` the sum of ``g * x``, and ``0 * NaN`` is NaN), so
+    garbage padding is set to 0 first."""
+    f = PARAM_OPS[name]
+    w = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    xs = [torch.randn(1, n, 3, dtype=torch.float64, requires_grad=True) for n in (2, 4, 1)]
+    want = torch.autograd.grad(sum(f(x, w).sum() for x in xs), [w] + xs)
+    x = poison(MaskedBatch.fromlist(xs, (True, False)))
+    got = torch.autograd.grad(f(x, w).sum(1).data.sum(), [w] + xs)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
 
 
 @settings(max_examples=40, deadline=None)
