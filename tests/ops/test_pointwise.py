@@ -134,14 +134,15 @@ PARAM_OPS = {
 }
 
 
+@pytest.mark.parametrize("lengths", [(2, 4, 1), (3, 3, 3), (1,)], ids=["mixed", "equal", "one"])
 @pytest.mark.parametrize("name", PARAM_OPS)
-def test_nan_padding_never_reaches_a_broadcast_parameter(name):
+def test_nan_padding_never_reaches_a_broadcast_parameter(name, lengths):
     """A parameter's gradient sums over the padding it broadcasts over
     (``x * w`` gives ``w`` the sum of ``g * x``, and ``0 * NaN`` is NaN), so
     garbage padding is set to 0 first."""
     f = PARAM_OPS[name]
     w = torch.randn(3, dtype=torch.float64, requires_grad=True)
-    xs = [torch.randn(1, n, 3, dtype=torch.float64, requires_grad=True) for n in (2, 4, 1)]
+    xs = [torch.randn(1, n, 3, dtype=torch.float64, requires_grad=True) for n in lengths]
     want = torch.autograd.grad(sum(f(x, w).sum() for x in xs), [w] + xs)
     x = poison(MaskedBatch.fromlist(xs, (True, False)))
     got = torch.autograd.grad(f(x, w).sum(1).data.sum(), [w] + xs)
