@@ -28,8 +28,8 @@ iteration to the next instead of being scattered back at every store.
 """
 import torch
 
-from ..core import MaskedBatch
-from ..ops._registry import scatter_rows
+from ...core import MaskedBatch
+from ...ops._registry import scatter_rows
 
 _new = MaskedBatch._new
 

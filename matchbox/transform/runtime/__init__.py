@@ -1,0 +1,34 @@
+"""The runtime that code rewritten by ``@batch`` calls (as ``_mb.<name>``).
+
+The execution mask (the bool Tensor ``(B,)`` of active lanes, or ``None``
+when every lane is active) lives in :mod:`matchbox._lanes`, per-thread
+storage that each @batch call sets and resets, so threads each have their
+own.  Every helper keeps plain Python semantics when its condition is a
+Python value (or a plain Tensor at batch size one); only a
+:class:`~matchbox.MaskedBatch` condition makes the code run lane by lane.
+
+One concern per module:
+
+- :mod:`.conditions`: ``cond``, ``not_``, ``and_``, ``or_``; branches
+  ``if_true``, ``if_false``, ``if_exp``
+- :mod:`.select` and :mod:`.assign`: per-lane ``select``; ``assign``,
+  ``aug_assign``, ``setattr_``, ``read``, ``Undefined``
+- :mod:`.lists`: ``append``
+- :mod:`.loops`: ``while_loop``, ``for_loop`` (and :mod:`.compaction`,
+  what ``@batch(compact=...)`` runs them with)
+- :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``
+- :mod:`.calls`: ``sibling_calls`` (``@batch(merge_calls=True)``)
+"""
+from .assign import Undefined, aug_assign, assign, read, setattr_
+from .calls import sibling_calls
+from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
+from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
+    reversed_, zip_
+from .lists import append
+from .loops import for_loop, while_loop
+from .select import select
+
+__all__ = ["Undefined", "read", "assign", "aug_assign", "setattr_", "select", "cond", "not_",
+           "and_", "or_", "if_true", "if_false", "if_exp", "append", "while_loop", "for_loop",
+           "LaneIterable", "LaneRange", "lane_items", "presence", "range_", "enumerate_", "zip_",
+           "reversed_", "sibling_calls"]

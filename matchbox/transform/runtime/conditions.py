@@ -1,0 +1,160 @@
+"""Per-lane conditions and branches.
+
+``cond`` turns a test into a Python bool (plain Python semantics) or the
+bool Tensor ``(B,)`` of lanes where it holds; ``not_``/``and_``/``or_``
+combine tests lane by lane; ``if_true``/``if_false`` narrow the active
+lanes for a branch; ``if_exp`` is ``a if c else b`` per lane.
+"""
+from contextlib import contextmanager
+
+import torch
+
+from ..._lanes import _ACTIVE, active_lanes
+from ...core import MaskedBatch
+from .assign import Undefined
+from .select import select
+
+_new = MaskedBatch._new
+
+
+def cond(value):
+    """A condition evaluated once: a Python bool (plain Python semantics) or,
+    for a MaskedBatch, the bool Tensor ``(B,)`` of lanes where it holds."""
+    if isinstance(value, MaskedBatch):
+        d = value.data
+        B = d.size(0)
+        if d[0].numel() != 1:
+            raise ValueError(
+                f"a per-example condition must hold one value per example, but it has "
+                f"per-example shape {tuple(d.shape[1:])}; reduce it with .any() or .all()")
+        c = d.reshape(B) != 0 if d.dtype != torch.bool else d.reshape(B)
+        if value._mask is not None:
+            c = c & value._mask.reshape(B)
+        return c
+    return bool(value)
+
+
+def _as_condition_batch(lanes):
+    return _new(lanes, None, ())
+
+
+def not_(value):
+    c = cond(value)
+    if isinstance(c, bool):
+        return not c
+    return _as_condition_batch(~c)
+
+
+def _under(lanes, thunk):
+    """Evaluate ``thunk`` with ``lanes`` (already combined) active."""
+    token = _ACTIVE.set(lanes)
+    try:
+        return thunk()
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _combine(outer, c):
+    return c if outer is None else outer & c
+
+
+# The lanes of every lane (where the active lanes are None), for _within.
+_ALL = "all lanes"
+
+
+def _within(lanes, outer):
+    """Whether every lane of ``lanes`` is known to be in ``outer`` (each a
+    lanes Tensor or _ALL) without reading the device: ``outer`` is all
+    lanes, or ``lanes`` was made inside it (a loop's iteration inside the
+    previous one, a branch inside its surroundings: ``_inside``)."""
+    return outer is _ALL or lanes is outer or getattr(lanes, "_mb_within", None) is outer
+
+
+def _inside(lanes, outer):
+    """Record that ``lanes`` (a fresh Tensor) lies within ``outer`` (lanes
+    or None for all)."""
+    lanes._mb_within = _ALL if outer is None else outer
+    return lanes
+
+
+def and_(a, b_thunk):
+    """``a and b`` in a condition; ``b`` runs only for lanes where ``a``."""
+    ca = cond(a)
+    if isinstance(ca, bool):
+        return b_thunk() if ca else False
+    sub = _combine(active_lanes(), ca)
+    if not bool(sub.any()):
+        return _as_condition_batch(ca)
+    cb = cond(_under(sub, b_thunk))
+    if isinstance(cb, bool):
+        return _as_condition_batch(ca if cb else torch.zeros_like(ca))
+    return _as_condition_batch(ca & cb)
+
+
+def or_(a, b_thunk):
+    """``a or b`` in a condition; ``b`` runs only for lanes where not ``a``."""
+    ca = cond(a)
+    if isinstance(ca, bool):
+        return True if ca else b_thunk()
+    sub = _combine(active_lanes(), ~ca)
+    if not bool(sub.any()):
+        return _as_condition_batch(ca)
+    cb = cond(_under(sub, b_thunk))
+    if isinstance(cb, bool):
+        return _as_condition_batch(torch.ones_like(ca) if cb else ca)
+    return _as_condition_batch(ca | cb)
+
+
+# ------------------------------------------------------------------ branches
+def _narrow(c):
+    """Set the active lanes to the current ones AND ``c``; return the token
+    and whether any lane is active."""
+    outer = active_lanes()
+    lanes = c if outer is None else _inside(outer & c, outer)
+    n = int(lanes.sum())
+    if outer is None and n == lanes.numel():
+        lanes = None  # every lane takes the branch: no masking needed
+    return _ACTIVE.set(lanes), n > 0
+
+
+@contextmanager
+def if_true(c):
+    """Run the body (``with if_true(c) as run: if run: ...``) for the lanes
+    where ``c`` holds."""
+    if isinstance(c, bool):
+        yield c
+        return
+    token, run = _narrow(c)
+    try:
+        yield run
+    finally:
+        _ACTIVE.reset(token)
+
+
+@contextmanager
+def if_false(c):
+    """The ``else`` of :func:`if_true`."""
+    if isinstance(c, bool):
+        yield not c
+        return
+    token, run = _narrow(~c)
+    try:
+        yield run
+    finally:
+        _ACTIVE.reset(token)
+
+
+def if_exp(c, body, orelse):
+    """``body() if c else orelse()``, each side evaluated only for its lanes."""
+    c = cond(c)
+    if isinstance(c, bool):
+        return body() if c else orelse()
+    outer = active_lanes()
+    yes, no = _combine(outer, c), _combine(outer, ~c)
+    a = _under(yes, body) if bool(yes.any()) else Undefined("<if branch>")
+    b = _under(no, orelse) if bool(no.any()) else Undefined("<else branch>")
+    if isinstance(a, Undefined):
+        return b
+    if isinstance(b, Undefined):
+        return a
+    return select(c, a, b)

@@ -1,0 +1,187 @@
+"""Loops whose lanes leave one by one: ``while_loop`` and ``for_loop``,
+the context managers that lowered ``while`` and ``for`` statements run in
+(see transform/loops.py)."""
+import sys
+
+import torch
+
+from ..._lanes import _ACTIVE, _COMPACT, active_lanes
+from ...core import MaskedBatch
+from ..errors import LoopLimitError
+from .compaction import Compaction, StepCompaction, function_codes
+from .conditions import _combine, _inside, cond
+from .iterables import lane_items
+
+_new = MaskedBatch._new
+
+
+class _Loop:
+    def __init__(self, description, max_iterations, compact=None):
+        """``compact``: the share of lanes at which the loop compacts (see
+        compaction.py); only the code of the function that made the loop
+        (the caller of the subclass's ``__init__``) gathers and scatters."""
+        self.description, self.max_iterations = description, max_iterations
+        self.count = 0
+        self.compact, self.compaction = compact, None
+        if compact is not None:
+            self.codes = function_codes(sys._getframe(2).f_code)
+
+    def __enter__(self):
+        self.outer = active_lanes()
+        self.alive = self.outer
+        self.token = _ACTIVE.set(self.outer)
+        if self.compact is not None:  # the loop's compaction is undone when it ends
+            self.compact_token = _COMPACT.set(_COMPACT.get())
+        return self
+
+    def __exit__(self, *exc):
+        if self.compact is not None:
+            _COMPACT.reset(self.compact_token)
+        _ACTIVE.reset(self.token)
+        return False
+
+    def _tick(self):
+        self.count += 1
+        if self.max_iterations is not None and self.count > self.max_iterations:
+            lanes = self.alive
+            which = "" if lanes is None else f" (examples {lanes.nonzero().flatten().tolist()})"
+            raise LoopLimitError(
+                f"{self.description} ran more than max_iterations={self.max_iterations} "
+                f"iterations{which}; some example never leaves it")
+
+    def _narrow_alive(self, c):
+        """Lanes where ``c`` is false leave the loop for good; False when
+        no lane is left."""
+        c = cond(c)
+        if isinstance(c, bool):
+            return c
+        lanes = _inside(_combine(self.alive, c), self.alive)
+        n = int(lanes.sum())
+        if self.alive is None and n == lanes.numel():
+            return True
+        self.alive = lanes
+        _ACTIVE.set(lanes)
+        return n > 0
+
+
+class while_loop(_Loop):
+    """``with while_loop(desc, max) as loop: while loop.test(cond): body``.
+
+    With ``compact`` (a share of lanes, from ``@batch(compact=...)``), the
+    iterations after the live share drops to it or below run on the live
+    lanes only (see compaction.py)."""
+
+    def __init__(self, description, max_iterations, compact=None):
+        super().__init__(description, max_iterations, compact)
+
+    def test(self, c):
+        self._tick()
+        if self.compaction is not None:
+            self.compaction.check()
+            c = self.compaction.widen(c)
+        go = self._narrow_alive(c)
+        if go and self.compact is not None and self.alive is not None \
+                and _COMPACT.get() is self.compaction:  # never inside another's compaction
+            self.compaction = None
+            if int(self.alive.sum()) <= self.compact * self.alive.numel():
+                self.compaction = Compaction(self.alive, self.codes, self.description)
+                _ACTIVE.set(None)  # every live lane is active
+            _COMPACT.set(self.compaction)
+        return go
+
+
+def _lane_masks_dropped(item):
+    """``item`` without a mask that only says which lanes hold it (a step of
+    ``x.unbind(d)`` with static dims): inside the iteration the active
+    lanes say that already, and an unmasked item keeps the body's ops and
+    masked updates on their fast paths."""
+    if isinstance(item, (tuple, list)):
+        return type(item)(_lane_masks_dropped(x) for x in item)
+    if isinstance(item, MaskedBatch) and item._mask is not None \
+            and item._mask.numel() == item._mask.size(0):
+        return _new(item.data, None, item.dims)
+    return item
+
+
+class for_loop(_Loop):
+    """``with for_loop(it, extra, desc, max) as loop: for t in loop: body``.
+
+    An iteration runs for the lanes that have the item (a MaskedBatch item
+    whose mask is False in some lanes, a per-example ``range``) and that
+    ``extra()`` (break/return flags) has not sent out of the loop.
+
+    With ``compact`` (from ``@batch(compact=...)``), a loop over the steps
+    of a dynamic dim with no break or return, entered with every lane
+    active, runs compacted from the first step at which no more than that
+    share of the lanes have it (see ``StepCompaction``); the variables it
+    assigns are put back together after it by ``loop.settle(x)``."""
+
+    def __init__(self, iterable, extra, description, max_iterations, compact=None):
+        super().__init__(description, max_iterations, compact)
+        self.iterable, self.extra = iterable, extra
+
+    def __iter__(self):
+        steps = _Steps.of(self.iterable)
+        items = lane_items(self.iterable) if steps is None else zip(self.iterable, steps.lanes)
+        compacts = self.compact is not None and steps is not None and steps.shrinking \
+            and self.alive is None and self.extra is None and _COMPACT.get() is None
+        last = self.alive  # the lanes of the last iteration that ran
+        for t, (item, p) in enumerate(items):
+            _ACTIVE.set(self.alive)
+            self._tick()
+            if self.extra is not None and not self._narrow_alive(self.extra()):
+                return
+            if p is None:
+                _ACTIVE.set(self.alive)
+            else:
+                lanes = _combine(self.alive, p)
+                n = steps.counts[t] if steps is not None and self.alive is None else int(lanes.sum())
+                if n == 0:
+                    continue
+                if steps is not None and steps.shrinking:
+                    _inside(lanes, last)
+                # every lane active: no masked work at all in this iteration
+                last = None if n == lanes.numel() else lanes
+                _ACTIVE.set(last)
+                item = _lane_masks_dropped(item)
+                if compacts and last is not None and n <= self.compact * lanes.numel():
+                    item = self._compacted(item, n, lanes, steps)
+            yield item
+        if self.compaction is not None:
+            self.compaction.check()
+        _ACTIVE.set(self.alive)
+
+    def _compacted(self, item, n, lanes, steps):
+        """Run this iteration on its ``n`` lanes only; its item compacted."""
+        comp = self.compaction
+        if comp is None:
+            comp = self.compaction = StepCompaction(steps.presences.sum(1), self.codes,
+                                                    self.description)
+            _COMPACT.set(comp)
+        comp.step(n, lanes)
+        _ACTIVE.set(None)  # every live lane is active
+        return comp.rows_of(item)
+
+    def settle(self, x):
+        """Variable ``x`` after the loop, holding every example again."""
+        return x if self.compaction is None else self.compaction.settle(x)
+
+
+class _Steps:
+    """The lanes of each step of ``x.unbind(d)`` over a dynamic dim and
+    their counts, read with one host transfer for the whole loop instead of
+    one per iteration.  Masks are prefixes, so each step's lanes lie within
+    the last one's (``shrinking``; checked in the same transfer): appends
+    in the loop then know, without reading the device, that every active
+    lane holds every item so far."""
+
+    def __init__(self, presences):  # (B, T) bool
+        self.presences, self.lanes = presences, presences.t().unbind(0)
+        shrinking = (presences[:, 1:] <= presences[:, :-1]).all()
+        host = torch.cat([presences.sum(0), shrinking.long().view(1)]).tolist()
+        self.counts, self.shrinking = host[:-1], bool(host[-1])
+
+    @classmethod
+    def of(cls, iterable):
+        presences = getattr(iterable, "presences", None)
+        return None if presences is None else cls(presences())

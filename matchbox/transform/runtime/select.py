@@ -1,0 +1,161 @@
+"""Per-lane selection of values: ``select(lanes, a, b)`` is ``a`` in the
+given lanes and ``b`` in the others, for every kind of per-example value
+(MaskedBatch, Tensor at batch size one, numbers, tuples of them), padding
+and widening dynamic dimensions where the two differ."""
+import torch
+
+from ...core import MaskedBatch
+
+_new = MaskedBatch._new
+
+
+def _lane_view(lanes, ndim):
+    return lanes.view((-1,) + (1,) * (ndim - 1))
+
+
+def _canonical(x, B, like):
+    """``(data, mask, dims)`` of a per-example value at batch size ``B``."""
+    if isinstance(x, MaskedBatch):
+        return x.data, x._mask, x.dims
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 0:
+            return x.reshape(1).expand(B), None, ()
+        if x.size(0) == 1:
+            return x.expand((B,) + tuple(x.shape[1:])), None, (False,) * (x.dim() - 1)
+        raise ValueError(
+            f"cannot give a Tensor of shape {tuple(x.shape)} different values per example: a "
+            f"per-example value needs a leading dimension of size 1")
+    if isinstance(x, (bool, int, float)):
+        ld = like.data if isinstance(like, MaskedBatch) else like
+        if isinstance(x, bool):
+            dtype = torch.bool
+        elif isinstance(x, int):
+            dtype = ld.dtype if isinstance(ld, torch.Tensor) and not ld.dtype.is_floating_point \
+                and ld.dtype != torch.bool else torch.long
+            if isinstance(ld, torch.Tensor) and ld.dtype.is_floating_point:
+                dtype = ld.dtype
+        else:
+            dtype = ld.dtype if isinstance(ld, torch.Tensor) and ld.dtype.is_floating_point \
+                else torch.get_default_dtype()
+        device = ld.device if isinstance(ld, torch.Tensor) else None
+        return torch.full((B,), x, dtype=dtype, device=device), None, ()
+    raise TypeError(f"cannot give a {type(x).__name__} different values per example")
+
+
+def _full_mask(data, mask, dims, sizes_dyn):
+    """A canonical mask for ``data`` where the result dims are ``sizes_dyn``."""
+    B = data.size(0)
+    shape = [B] + [s if d else 1 for s, d in zip(data.shape[1:], sizes_dyn)]
+    if mask is None:
+        return torch.ones(shape, dtype=torch.bool, device=data.device)
+    return mask.expand(shape)
+
+
+def _update_of(a, b, lanes):
+    """Whether MaskedBatch ``a`` is known to equal ``b`` outside ``lanes``
+    (made from ``b``'s data by a rule that wrote only these lanes' rows)."""
+    made = getattr(a, "_update_of", None)
+    return made is not None and made[0] is b.data and made[1] == made[0]._version \
+        and made[2] is lanes
+
+
+def select(lanes, a, b):
+    """Per lane: ``a`` where ``lanes`` else ``b`` (values of any per-example
+    kind: MaskedBatch, Tensor at batch size one, numbers, tuples of them)."""
+    if a is b:
+        return a
+    if type(a) is MaskedBatch and type(b) is MaskedBatch and a._mask is b._mask \
+            and a.dims == b.dims and a.data.shape == b.data.shape \
+            and a.data.dtype == b.data.dtype:
+        # the common case (loop state of one shape): one where, mask kept
+        if _update_of(a, b, lanes):
+            return a
+        return _new(torch.where(_lane_view(lanes, a.data.dim()), a.data, b.data), a._mask, a.dims)
+    if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
+            and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):
+        return type(a)(select(lanes, x, y) for x, y in zip(a, b))
+    tensors = (torch.Tensor, MaskedBatch)
+    if not isinstance(a, tensors) and not isinstance(b, tensors):
+        if isinstance(a, (bool, int, float)) and isinstance(b, (bool, int, float)):
+            if a == b and type(a) is type(b):
+                return a
+        else:
+            try:
+                if a == b:
+                    return a
+            except Exception:
+                pass
+            raise TypeError(
+                f"a value of type {type(a).__name__} and one of type {type(b).__name__} "
+                f"would have to be held by different examples of one variable; @batch can "
+                f"only do that for tensors and numbers")
+    B = lanes.size(0)
+    da, ma, dimsa = _canonical(a, B, b)
+    db, mb, dimsb = _canonical(b, B, a)
+    if da.dim() != db.dim():
+        if da.dim() == 1:
+            da = da.reshape((B,) + (1,) * (db.dim() - 1))
+            dimsa = (False,) * (db.dim() - 1)
+            ma = None if ma is None else ma.reshape(da.shape)
+        elif db.dim() == 1:
+            db = db.reshape((B,) + (1,) * (da.dim() - 1))
+            dimsb = (False,) * (da.dim() - 1)
+            mb = None if mb is None else mb.reshape(db.shape)
+        else:
+            raise ValueError(
+                f"a variable would hold values with {da.dim() - 1} and {db.dim() - 1} "
+                f"per-example dimensions in different examples")
+    dtype = torch.promote_types(da.dtype, db.dtype)
+    da, db = da.to(dtype), db.to(dtype)
+    dims, masked = [], ma is not None or mb is not None
+    for i in range(1, da.dim()):
+        sa, sb = da.size(i), db.size(i)
+        dyn = dimsa[i - 1] or dimsb[i - 1]
+        if sa != sb and (dyn or (sa != 1 and sb != 1)):
+            dyn, masked = True, True
+        elif sa != sb:
+            # a size-1 static dim meets a larger one: broadcast it
+            if sa == 1:
+                da = da.expand(*[-1] * i, sb, *[-1] * (da.dim() - i - 1))
+            else:
+                db = db.expand(*[-1] * i, sa, *[-1] * (db.dim() - i - 1))
+        dims.append(dyn)
+    mask = None
+    if masked:
+        ma2 = _pad_to(da, ma, dimsa, dims, db)
+        mb2 = _pad_to(db, mb, dimsb, dims, da)
+        da, db = _pad_data(da, db), _pad_data(db, da)
+        mask = torch.where(_lane_view(lanes, ma2.dim()), ma2, mb2)
+    data = torch.where(_lane_view(lanes, da.dim()), da, db)
+    return _new(data, mask, tuple(dims))
+
+
+def _pad_data(x, other):
+    pads = []
+    for i in reversed(range(1, x.dim())):
+        pads += [0, max(0, other.size(i) - x.size(i))]
+    return torch.nn.functional.pad(x, pads) if any(pads) else x
+
+
+def _pad_to(x, mask, xdims, dims, other):
+    """The canonical mask of ``x`` in the result's layout (padded to the
+    larger size along each dimension, lengths for newly dynamic dims)."""
+    B = x.size(0)
+    m = _full_mask(x, mask, xdims, xdims)
+    out_shape = [B]
+    for i in range(1, x.dim()):
+        n = max(x.size(i), other.size(i))
+        if dims[i - 1]:
+            if not xdims[i - 1]:
+                # static in x: every entry up to its size is real
+                real = torch.arange(n, device=x.device) < x.size(i)
+                view = [1] * x.dim()
+                view[i] = n
+                m = m.expand(*[-1] * i, 1, *[-1] * (x.dim() - i - 1)) & real.view(view)
+            elif m.size(i) < n:
+                pad = [0, 0] * (x.dim() - 1 - i) + [0, n - m.size(i)]
+                m = torch.nn.functional.pad(m, pad, value=False)
+            out_shape.append(n)
+        else:
+            out_shape.append(1)
+    return m.expand(out_shape)
