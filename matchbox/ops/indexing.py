@@ -34,14 +34,27 @@ T = torch.Tensor
 
 
 # ------------------------------------------------------------------ the gather core
-def _in_range(index, bad, check, message, summary):
-    """``index`` with its out-of-range entries (``bad``) set to 0, after
-    raising IndexError, worded by ``message(position)`` (``summary`` where
-    the check runs on the device, see ``fail_if``), for the first of
-    them that ``check`` marks real (None: all are)."""
-    fail_if(bad if check is None else bad & check, lambda first: IndexError(message(first)),
-            summary)
-    return torch.where(bad, torch.zeros_like(index), index)
+def _in_range(index, length, present, real, op, dim, shown=None):
+    """``index`` (long, ``(B, ...)``) with its entries out of range of
+    ``length`` (each example's size, broadcastable to ``index``) set to 0,
+    and the entries to keep (None: all): real (``real``, a bool Tensor
+    broadcastable to ``index`` or None), in a lane that is present
+    (``present``: ``(B,)`` or None) and in range.  Raises IndexError for
+    the first kept entry out of range (the check runs on the device, see
+    ``fail_if``); the message shows ``shown`` (the index as written, before
+    negative indices were wrapped)."""
+    B = index.size(0)
+    bad = (index < 0) | (index >= length)
+    check = real
+    if present is not None:
+        lanes = present.view([B] + [1] * (index.dim() - 1))
+        check = lanes if check is None else lanes & check
+    shown = index if shown is None else shown
+    fail_if(bad if check is None else bad & check, lambda k: IndexError(
+        f"{op}: index {int(shown[k])} is out of range for dimension {dim} of example {k[0]}, "
+        f"which has size {int(length.reshape(-1)[k[0]])}"),
+        f"{op}: an index is out of range for dimension {dim}")
+    return torch.where(bad, torch.zeros_like(index), index), None if check is None else check & ~bad
 
 
 def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
@@ -57,19 +70,12 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     orig = index
     if negative:
         index = torch.where(index < 0, index + length, index)
-    bad = (index < 0) | (index >= length)
-    check = lanes_present(x)
-    check = None if check is None else check[:, None].expand_as(index)
-    if idx_mask is not None:
-        im = idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
-        check = im if check is None else check & im
-    index = _in_range(index, bad, check, lambda k: (
-        f"{op}: index {int(orig[k])} is out of range for dimension {p} of example {k[0]}, "
-        f"which has size {int(length[k[0], 0])}"),
-        f"{op}: an index is out of range for dimension {p}")
+    im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
+    index, keep = _in_range(index, length, lanes_present(x), im, op, p, shown=orig)
     data = gather_line(x.data, p, index)
-    if check is not None:
-        keep = (~bad & check).view([B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.data.dim() - p - 1))
+    if keep is not None:
+        keep = keep.expand_as(index).reshape(
+            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.data.dim() - p - 1))
         data = torch.where(keep, data, torch.zeros((), dtype=data.dtype, device=data.device))
     data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
@@ -239,11 +245,9 @@ def _index_shared_tensor(t, index):
     n = t.size(0)
     raw = idx.data.long()
     i = torch.where(raw < 0, raw + n, raw)
-    bad = (i < 0) | (i >= n)
     m = real_mask(idx)
-    i = _in_range(i, bad, m, lambda k: (
-        f"index {int(raw[k])} is out of range for dimension 0 with size {n} (example {k[0]})"),
-        f"an index is out of range for dimension 0 with size {n}")
+    sizes = torch.full((i.size(0),) + (1,) * (i.dim() - 1), n, device=i.device)
+    i, _ = _in_range(i, sizes, None, m, "indexing a shared Tensor", 0, shown=raw)
     data = t[(i,) + tuple(rest)]
     if m is not None:
         keep = m.expand(i.shape).reshape(i.shape + (1,) * (data.dim() - i.dim()))
@@ -340,14 +344,7 @@ def gather(input, dim, index, *, sparse_grad=False):
                                                f"dimension {j} ({li.tolist()} vs {lx.tolist()})"),
                     f"gather: index is larger than input along dimension {j}")
     length = x._lengths(d).view([B] + [1] * (ix.dim() - 1))
-    bad = (ix < 0) | (ix >= length)
-    check = None if present is None else present.view([B] + [1] * (ix.dim() - 1))
-    if im is not None:
-        check = im if check is None else check & im
-    ix = _in_range(ix, bad, check, lambda k: (
-        f"gather: index {int(ix[k])} is out of range for dimension {d} of example {k[0]}, "
-        f"which has size {int(length.reshape(-1)[k[0]])}"),
-        f"gather: an index is out of range for dimension {d}")
+    ix, keep = _in_range(ix, length, present, im, "gather", d)
     data = x.data
     grow = [max(0, ix.size(j) - data.size(j)) for j in range(ix.dim())]
     if any(g for j, g in enumerate(grow) if j != d):
@@ -356,8 +353,8 @@ def gather(input, dim, index, *, sparse_grad=False):
             if j != d and grow[j]:
                 data = _pad_dim(data, j, ix.size(j))
     out = torch.gather(data, d, ix, sparse_grad=sparse_grad)
-    if check is not None:
-        out = torch.where(check & ~bad, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    if keep is not None:
+        out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
     mask = None if idx_b is None else idx_b._mask
     lp = lanes_present(x, False)
     if lp is not None:
