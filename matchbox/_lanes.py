@@ -35,7 +35,7 @@ class _Slot:
 
 _ACTIVE = _Slot()
 # the compaction of the @batch while loop running on its live lanes only
-# (transform/compaction.py), or None
+# (transform/runtime/compaction.py), or None
 _COMPACT = _Slot()
 
 
