@@ -10,7 +10,8 @@ import sys
 
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
-from .select import select
+from .select import ShapeMismatch, example_shape, select
+
 
 class Undefined:
     """The value of a variable not yet assigned on this path."""
@@ -37,6 +38,68 @@ class Undefined:
         return f"<undefined {self.name}>"
 
 
+class Mixed:
+    """The value of a variable whose examples hold values of different
+    per-example ranks (``topi = topi[:, 0]`` run by some examples only):
+    ``parts`` is a list of ``(lanes, value)``, the lanes disjoint and
+    covering the batch.  Code running in the lanes of one part reads that
+    part's value (``read``); a later assignment in the other lanes makes
+    it one value again.  Any other use raises."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def resolve(self, lanes):
+        """The value that every lane of ``lanes`` holds, if one does."""
+        if lanes is not None:
+            for held, value in self.parts:
+                if held is lanes or not bool((lanes & ~held).any()):
+                    return value
+        self._fail()
+
+    def _fail(self, *args, **kwargs):
+        shapes = " and ".join(sorted({example_shape(v) for _, v in self.parts}, key=len))
+        raise ValueError(
+            f"this value holds per-example shapes {shapes} in different examples (it was "
+            f"rebound to another shape by some examples only, in a branch or a loop they "
+            f"alone ran). Code that runs for examples of different shapes cannot read it: "
+            f"bind the new value to a new name, or give both values the same number of "
+            f"dimensions")
+
+    __bool__ = __call__ = __iter__ = __getitem__ = __add__ = __radd__ = __mul__ = _fail
+    __sub__ = __rsub__ = __truediv__ = __neg__ = __len__ = __index__ = __float__ = _fail
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        next(v for v in list(args) + list((kwargs or {}).values()) if type(v) is cls)._fail()
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "parts":
+            raise AttributeError(name)
+        self._fail()
+
+    def __repr__(self):
+        return "<mixed: " + ", ".join(example_shape(v) for _, v in self.parts) + ">"
+
+
+def _mixed_assign(lanes, old, new):
+    """``new`` in ``lanes`` and ``old`` elsewhere, where ``old`` (a Mixed, or
+    a value) holds values of another rank than ``new`` in some lanes."""
+    parts = old.parts if type(old) is Mixed else [(None, old)]  # None: every lane
+    out, held, rest = new, lanes, []
+    for lanes_v, v in parts:
+        keep = ~lanes if lanes_v is None else lanes_v & ~lanes
+        try:
+            out = select(held, out, v)
+            held = held | keep
+        except ShapeMismatch:
+            if bool(keep.any()):
+                rest.append((keep, v))
+    return out if not rest else Mixed([(held, out)] + rest)
+
+
 def _owned():
     """The loop compaction that the caller of the calling runtime function
     gathers and scatters for: only the loop's own function does."""
@@ -56,6 +119,8 @@ def read(x):
 
 def _read(x):
     lanes = _ACTIVE.get()
+    if type(x) is Mixed:
+        x = x.resolve(lanes)
     if lanes is None or type(x) is not MaskedBatch or not x.requires_grad \
             or x.batch_size != lanes.size(0):
         return x
@@ -65,7 +130,15 @@ def _read(x):
 def assign(old, new):
     """``new`` for the active lanes, ``old`` for the dormant ones."""
     comp = _owned()
-    return _assign(old, new) if comp is None else _compacted_assign(comp, old, new)
+    if comp is None:
+        return _assign(old, new)
+    try:
+        return _compacted_assign(comp, old, new)
+    except ShapeMismatch as e:  # name the variable: the caller's local that holds ``old``
+        names = [k for k, v in sys._getframe(1).f_locals.items() if v is old]
+        if len(names) != 1 or e.name is not None:
+            raise
+        raise ShapeMismatch(e.new, e.old, names[0]) from None
 
 
 def _compacted_assign(comp, old, new, keep=True):
@@ -78,6 +151,8 @@ def _compacted_assign(comp, old, new, keep=True):
         return tuple(_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new))
     current = comp.take(old)
     new = _assign(current, new)
+    if type(new) is Mixed:  # a compacted loop keeps one value per variable
+        raise ShapeMismatch(new.parts[0][1], new.parts[1][1])
     undefined = isinstance(old, Undefined) or old is None
     kept = comp.keep(None if undefined else old, current, new) if keep else None
     if kept is not None:
@@ -95,7 +170,12 @@ def _assign(old, new):
         return new
     if isinstance(new, Undefined):
         return old
-    return select(lanes, new, old)
+    if type(old) is Mixed:
+        return _mixed_assign(lanes, old, new)
+    try:
+        return select(lanes, new, old)
+    except ShapeMismatch:
+        return _mixed_assign(lanes, old, new)
 
 
 _AUG = {"+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub),

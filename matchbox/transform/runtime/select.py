@@ -42,6 +42,34 @@ def _canonical(x, B, like):
     raise TypeError(f"cannot give a {type(x).__name__} different values per example")
 
 
+def _is_number(x):
+    return isinstance(x, (bool, int, float)) or type(x) is torch.Tensor and x.dim() == 0
+
+
+def example_shape(x):
+    """The per-example shape of ``x`` as text (a dynamic dimension shows
+    as ``n``)."""
+    if isinstance(x, MaskedBatch):
+        sizes = ["1"] + ["n" if d else str(s) for s, d in zip(x.data.shape[1:], x.dims)]
+        return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+    return str(tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+class ShapeMismatch(ValueError):
+    """Values of different per-example ranks would be held by different
+    examples of one variable: no one batch can hold both."""
+
+    def __init__(self, new, old, name=None):
+        self.new, self.old, self.name = new, old, name
+        what = "a variable" if name is None else f"variable {name!r}"
+        super().__init__(
+            f"{what} would hold a value of per-example shape {example_shape(new)} in the "
+            f"active examples and one of shape {example_shape(old)} in the others (they "
+            f"left a loop or took another branch before this assignment). A batch cannot "
+            f"hold values of different ranks in one variable: bind the new value to a new "
+            f"name, or give both values the same number of dimensions")
+
+
 def _full_mask(data, mask, dims, sizes_dyn):
     """A canonical mask for ``data`` where the result dims are ``sizes_dyn``."""
     B = data.size(0)
@@ -93,18 +121,15 @@ def select(lanes, a, b):
     da, ma, dimsa = _canonical(a, B, b)
     db, mb, dimsb = _canonical(b, B, a)
     if da.dim() != db.dim():
-        if da.dim() == 1:
+        # a number is the same in every shape: it broadcasts to the other value's
+        if da.dim() == 1 and _is_number(a):
             da = da.reshape((B,) + (1,) * (db.dim() - 1))
             dimsa = (False,) * (db.dim() - 1)
-            ma = None if ma is None else ma.reshape(da.shape)
-        elif db.dim() == 1:
+        elif db.dim() == 1 and _is_number(b):
             db = db.reshape((B,) + (1,) * (da.dim() - 1))
             dimsb = (False,) * (da.dim() - 1)
-            mb = None if mb is None else mb.reshape(db.shape)
         else:
-            raise ValueError(
-                f"a variable would hold values with {da.dim() - 1} and {db.dim() - 1} "
-                f"per-example dimensions in different examples")
+            raise ShapeMismatch(a, b)
     dtype = torch.promote_types(da.dtype, db.dtype)
     da, db = da.to(dtype), db.to(dtype)
     dims, masked = [], ma is not None or mb is not None

@@ -1,0 +1,72 @@
+"""A name rebound to a value of another shape while only some examples are
+active (issue 17, item 4): each example keeps its own value, and a value
+whose examples hold different shapes raises where it is used."""
+import pytest
+import torch
+
+import matchbox.functional as F
+from matchbox import MaskedBatch, batch
+from matchbox.test_utils import mb_test
+
+LENGTHS = ("mixed", "one", "equal")
+EOS = 0
+W = torch.randn(4, 5, dtype=torch.float64)
+E = torch.randn(5, 4, dtype=torch.float64)
+
+
+@batch
+def greedy(h):
+    """The tutorials' greedy decoder: ``topi`` is (1, 1) from ``topk``, then
+    rebound to (1,) in the same step; examples stop at EOS at different steps."""
+    out = []
+    for i in range(6):
+        scores = torch.tanh(h) @ W
+        topv, topi = scores.topk(1)
+        topi = topi[:, 0]
+        out.append(topv)
+        if (topi == EOS).any():
+            break
+        h = h + E[topi]
+    return F.stack(out, 1).sum(1), topi
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_rebinding_after_break_keeps_each_examples_value(lengths):
+    mb_test(greedy, (8, (False, 4)), lengths=lengths, dtype=torch.float64, seed=3)
+
+
+@batch
+def rebound_in_branch(x):
+    t = x * 2
+    if x.sum() > 0:
+        t = t.sum(1)        # (1,) for these examples, (1, n) for the others
+        y = t * 3
+    else:
+        y = x.sum(1) - 1
+    t = y + 1               # every example rebinds it again: one shape
+    return t * x.sum(1)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_rebinding_in_a_branch_then_everywhere(lengths):
+    mb_test(rebound_in_branch, (8, (True, 5)), lengths=lengths, dtype=torch.float64)
+
+
+@batch
+def shapes_differ_at_the_end(x):
+    topi = x[:, :2]
+    if x.sum() > 0:
+        topi = topi[:, 0]
+    return topi
+
+
+def test_a_value_of_different_shapes_per_example_raises_when_used():
+    x = MaskedBatch.fromlist([torch.tensor([[1., 2, 3]]), torch.tensor([[-1., -2, -3]])],
+                             (False,))
+    out = shapes_differ_at_the_end(x)
+    for use in (lambda v: v + 1, lambda v: torch.tanh(v), lambda v: v.examples()):
+        with pytest.raises(ValueError, match=r"per-example shapes \(1,\) and \(1, 2\)"):
+            use(out)
+    # every example took the branch: one shape, no error
+    x = MaskedBatch.fromlist([torch.tensor([[1., 2, 3]]), torch.tensor([[1., 2, 4]])], (False,))
+    assert [e.shape for e in shapes_differ_at_the_end(x).examples()] == [(1,), (1,)]
