@@ -87,9 +87,26 @@ def _update_of(a, b, lanes):
         and made[2] is lanes
 
 
+def _requires_grad(x):
+    if isinstance(x, (tuple, list)):
+        return any(_requires_grad(v) for v in x)
+    return isinstance(x, (torch.Tensor, MaskedBatch)) and x.requires_grad
+
+
 def select(lanes, a, b):
     """Per lane: ``a`` where ``lanes`` else ``b`` (values of any per-example
-    kind: MaskedBatch, Tensor at batch size one, numbers, tuples of them)."""
+    kind: MaskedBatch, Tensor at batch size one, numbers, tuples of them).
+
+    Each lane keeps its value's autograd history whatever the grad mode
+    (an assignment under ``with torch.no_grad():`` in a branch must not cut
+    the gradients of the lanes that did not take it)."""
+    if not torch.is_grad_enabled() and (_requires_grad(a) or _requires_grad(b)):
+        with torch.enable_grad():
+            return _select(lanes, a, b)
+    return _select(lanes, a, b)
+
+
+def _select(lanes, a, b):
     if a is b:
         return a
     if type(a) is MaskedBatch and type(b) is MaskedBatch and a._mask is b._mask \

@@ -1,6 +1,8 @@
-"""A name rebound to a value of another shape while only some examples are
-active (issue 17, item 4): each example keeps its own value, and a value
-whose examples hold different shapes raises where it is used."""
+"""Masked updates keep each example's own value: a name rebound to a value
+of another shape while only some examples are active (a value whose
+examples hold different shapes raises where it is used), and an assignment
+under ``torch.no_grad()`` in a branch, which must not cut the gradients of
+the examples that skipped it."""
 import pytest
 import torch
 
@@ -70,3 +72,18 @@ def test_a_value_of_different_shapes_per_example_raises_when_used():
     # every example took the branch: one shape, no error
     x = MaskedBatch.fromlist([torch.tensor([[1., 2, 3]]), torch.tensor([[1., 2, 4]])], (False,))
     assert [e.shape for e in shapes_differ_at_the_end(x).examples()] == [(1,), (1,)]
+
+
+@batch
+def no_grad_in_branch(x, w):
+    h = x * w
+    if x.sum() > 0:
+        with torch.no_grad():
+            h = h * 2           # these examples' h has no history; the others keep theirs
+    return h + x
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_no_grad_block_in_a_branch_keeps_the_other_examples_gradients(lengths):
+    mb_test(no_grad_in_branch, (8, (True, 5)), (8, (False, 1)), lengths=lengths,
+            dtype=torch.float64, seed=1)
