@@ -7,6 +7,7 @@ user's file name, so tracebacks and ``linecache`` point into user source.
 import ast
 import inspect
 import linecache
+import sys
 import textwrap
 import types
 
@@ -71,7 +72,7 @@ def load_function(fdef, fn, origin, runtime_name, runtime):
             posonlyargs=[], args=[ast.arg(arg=a) for a in [runtime_name] + free],
             vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
         body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))],
-        decorator_list=[], returns=None, type_params=[])
+        decorator_list=[], returns=None)
     module = ast.Module(body=[factory], type_ignores=[])
     for node in ast.walk(factory):
         if not hasattr(node, "lineno") or node is factory:
@@ -82,7 +83,10 @@ def load_function(fdef, fn, origin, runtime_name, runtime):
     fcode = next(c for c in code.co_consts if isinstance(c, types.CodeType))
     inner = next(c for c in fcode.co_consts
                  if isinstance(c, types.CodeType) and c.co_name == fdef.name)
-    inner = inner.replace(co_name=user_name, co_qualname=fn.__qualname__)
+    names = {"co_name": user_name}
+    if sys.version_info >= (3, 11):  # code objects have a qualified name since 3.11
+        names["co_qualname"] = fn.__qualname__
+    inner = inner.replace(**names)
     fdef.name = user_name
     cells = dict(zip(free, fn.__closure__ or ()))
     cells[runtime_name] = types.CellType(runtime)
