@@ -87,3 +87,18 @@ def no_grad_in_branch(x, w):
 def test_no_grad_block_in_a_branch_keeps_the_other_examples_gradients(lengths):
     mb_test(no_grad_in_branch, (8, (True, 5)), (8, (False, 1)), lengths=lengths,
             dtype=torch.float64, seed=1)
+
+
+@batch
+def list_plus_equals(x):
+    out = [x * 1.0]
+    if x.sum() > 0:
+        out += [x * 2, x * 3]   # these examples' lists grow by two items
+    else:
+        out += [x - 1]          # the others' by one
+    return F.stack(out, 1).sum(1)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_list_plus_equals_in_branches_grows_each_examples_own_list(lengths):
+    mb_test(list_plus_equals, (8, (False, 3)), lengths=lengths, dtype=torch.float64, seed=2)

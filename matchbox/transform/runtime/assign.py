@@ -8,80 +8,12 @@ stores scatter them back, but only in the function that owns the loop.
 import operator
 import sys
 
-from ..._lanes import _ACTIVE, _COMPACT
+from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
-from .select import ShapeMismatch, example_shape, select
-
-
-class Undefined:
-    """The value of a variable not yet assigned on this path."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name):
-        self.name = name
-
-    def _fail(self, *args, **kwargs):
-        raise NameError(
-            f"variable {self.name!r} is used before it is assigned (for some example it "
-            f"was assigned only on a path that was not taken)")
-
-    __bool__ = __call__ = __iter__ = __getitem__ = __add__ = __radd__ = __mul__ = _fail
-    __sub__ = __rsub__ = __truediv__ = __neg__ = __len__ = __index__ = __float__ = _fail
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name == "name":  # (copy, pickle, torch.compile probe these)
-            raise AttributeError(name)
-        self._fail()
-
-    def __repr__(self):
-        return f"<undefined {self.name}>"
-
-
-class Mixed:
-    """The value of a variable whose examples hold values of different
-    per-example ranks (``topi = topi[:, 0]`` run by some examples only):
-    ``parts`` is a list of ``(lanes, value)``, the lanes disjoint and
-    covering the batch.  Code running in the lanes of one part reads that
-    part's value (``read``); a later assignment in the other lanes makes
-    it one value again.  Any other use raises."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self, parts):
-        self.parts = parts
-
-    def resolve(self, lanes):
-        """The value that every lane of ``lanes`` holds, if one does."""
-        if lanes is not None:
-            for held, value in self.parts:
-                if held is lanes or not bool((lanes & ~held).any()):
-                    return value
-        self._fail()
-
-    def _fail(self, *args, **kwargs):
-        shapes = " and ".join(sorted({example_shape(v) for _, v in self.parts}, key=len))
-        raise ValueError(
-            f"this value holds per-example shapes {shapes} in different examples (it was "
-            f"rebound to another shape by some examples only, in a branch or a loop they "
-            f"alone ran). Code that runs for examples of different shapes cannot read it: "
-            f"bind the new value to a new name, or give both values the same number of "
-            f"dimensions")
-
-    __bool__ = __call__ = __iter__ = __getitem__ = __add__ = __radd__ = __mul__ = _fail
-    __sub__ = __rsub__ = __truediv__ = __neg__ = __len__ = __index__ = __float__ = _fail
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        next(v for v in list(args) + list((kwargs or {}).values()) if type(v) is cls)._fail()
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name == "parts":
-            raise AttributeError(name)
-        self._fail()
-
-    def __repr__(self):
-        return "<mixed: " + ", ".join(example_shape(v) for _, v in self.parts) + ">"
+from .compaction import owned as _owned
+from .lists import extend
+from .select import ShapeMismatch, select
+from .values import Mixed, Undefined
 
 
 def _mixed_assign(lanes, old, new):
@@ -98,13 +30,6 @@ def _mixed_assign(lanes, old, new):
             if bool(keep.any()):
                 rest.append((keep, v))
     return out if not rest else Mixed([(held, out)] + rest)
-
-
-def _owned():
-    """The loop compaction that the caller of the calling runtime function
-    gathers and scatters for: only the loop's own function does."""
-    comp = _COMPACT.get()
-    return comp if comp is not None and sys._getframe(2).f_code in comp.codes else None
 
 
 def read(x):
@@ -192,6 +117,9 @@ def aug_assign(old, op, value):
     active, else a masked out-of-place update."""
     inplace, outplace = _AUG[op]
     comp = _owned()
+    if op == "+=" and isinstance(old, list):  # lst += items: appends per lane
+        extend(old, value, comp)
+        return old
     if comp is not None:
         return _compacted_assign(comp, old, outplace(_read(comp.take(old)), value))
     if _ACTIVE.get() is None:

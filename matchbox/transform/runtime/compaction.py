@@ -26,12 +26,22 @@ are sorted by length once, so the live lanes of each step are the first
 rows of that order, and the values the loop assigns stay compacted from one
 iteration to the next instead of being scattered back at every store.
 """
+import sys
+
 import torch
 
+from ..._lanes import _COMPACT
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows
 
 _new = MaskedBatch._new
+
+
+def owned():
+    """The loop compaction that the caller of the calling runtime function
+    gathers and scatters for: only the loop's own function does."""
+    comp = _COMPACT.get()
+    return comp if comp is not None and sys._getframe(2).f_code in comp.codes else None
 
 
 def function_codes(code):

@@ -11,7 +11,7 @@ import torch
 
 from ..._lanes import _ACTIVE, active_lanes
 from ...core import MaskedBatch
-from .assign import Undefined
+from .values import Undefined
 from .select import select
 
 _new = MaskedBatch._new

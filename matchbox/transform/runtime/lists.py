@@ -5,7 +5,7 @@ import torch
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from ...ops._registry import uncut
-from .assign import _owned
+from .compaction import owned as _owned
 from .conditions import _ALL, _within
 from .select import _canonical, _full_mask, _lane_view, select
 
@@ -53,7 +53,21 @@ def append(lst, value):
     builds a dynamic dimension with each example's own length."""
     if not isinstance(lst, list):
         return lst.append(value)
-    comp = _owned()
+    _append_owned(lst, value, _owned())
+
+
+def extend(lst, values, comp=None):
+    """``lst.extend(values)`` (and ``lst += values``): a masked append per
+    item.  ``comp``: the caller's loop compaction, when the caller is the
+    runtime's ``aug_assign``."""
+    if not isinstance(lst, list):
+        return lst.extend(values)
+    comp = _owned() if comp is None else comp
+    for v in list(values):
+        _append_owned(lst, v, comp)
+
+
+def _append_owned(lst, value, comp):
     if comp is None:
         return _append(lst, value)
     token = _ACTIVE.set(comp.lanes(_ACTIVE.get()))
