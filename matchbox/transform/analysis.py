@@ -1,12 +1,12 @@
-"""Small static analyses over a function's AST (scope-aware walks)."""
-import ast
+"""Small static analyses over a function's gast tree (scope-aware walks)."""
+import gast
 
 __all__ = ["SCOPES", "LOOPS", "walk_scope", "contains", "assigned_names", "param_names",
            "local_names", "jumps_of_loop", "loop_temporaries"]
 
-SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-          ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-LOOPS = (ast.For, ast.While, ast.AsyncFor)
+SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef,
+          gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
+LOOPS = (gast.For, gast.While, gast.AsyncFor)
 
 
 def walk_scope(nodes, stop=SCOPES):
@@ -15,7 +15,7 @@ def walk_scope(nodes, stop=SCOPES):
     while todo:
         node = todo.pop()
         yield node
-        for child in ast.iter_child_nodes(node):
+        for child in gast.iter_child_nodes(node):
             if not isinstance(child, stop):
                 todo.append(child)
 
@@ -38,18 +38,18 @@ def jumps_of_loop(nodes, kind):
         if isinstance(node, LOOPS):
             todo.extend(node.orelse)
             continue
-        todo.extend(ast.iter_child_nodes(node))
+        todo.extend(gast.iter_child_nodes(node))
     return False
 
 
 def assigned_names(nodes):
     names = set()
     for n in walk_scope(nodes):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+        if isinstance(n, gast.Name) and isinstance(n.ctx, (gast.Store, gast.Del)):
             names.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        elif isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef)):
             names.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+        elif isinstance(n, (gast.Import, gast.ImportFrom)):
             for a in n.names:
                 names.add((a.asname or a.name).split(".")[0])
     return names
@@ -57,18 +57,14 @@ def assigned_names(nodes):
 
 def param_names(fdef):
     a = fdef.args
-    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
-    if a.vararg:
-        names.append(a.vararg.arg)
-    if a.kwarg:
-        names.append(a.kwarg.arg)
-    return set(names)
+    names = a.posonlyargs + a.args + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x]
+    return {x.id for x in names}  # gast: parameters are Names with ctx Param
 
 
 def declared_outer(fdef):
     out = set()
     for n in walk_scope(fdef.body):
-        if isinstance(n, (ast.Global, ast.Nonlocal)):
+        if isinstance(n, (gast.Global, gast.Nonlocal)):
             out |= set(n.names)
     return out
 
@@ -78,15 +74,15 @@ def local_names(fdef):
 
 
 def _names(node):
-    return {n.id for n in walk_scope(node) if isinstance(n, ast.Name)}
+    return {n.id for n in walk_scope(node) if isinstance(n, gast.Name)}
 
 
 def _target_names(target):
     """The names a plain target binds, or None for anything else (attributes,
     subscripts, starred)."""
-    if isinstance(target, ast.Name):
+    if isinstance(target, gast.Name):
         return {target.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
+    if isinstance(target, (gast.Tuple, gast.List)):
         parts = [_target_names(t) for t in target.elts]
         return None if None in parts else set().union(*parts)
     return None
@@ -100,12 +96,12 @@ def _first_binds(block):
     ids = {id(n) for s in block for n in walk_scope(s)}
     binds, seen = [], set()
     for stmt in block:
-        if isinstance(stmt, ast.Assign):
+        if isinstance(stmt, gast.Assign):
             bound = [_target_names(t) for t in stmt.targets]
             if None not in bound:
                 fresh = set().union(*bound) - seen - _names(stmt.value)
                 binds += [(stmt, name, ids) for name in fresh]
-        elif isinstance(stmt, ast.If):
+        elif isinstance(stmt, gast.If):
             binds += _first_binds(stmt.body) + _first_binds(stmt.orelse)
         seen |= _names(stmt)
     return binds
@@ -127,18 +123,18 @@ def loop_temporaries(fdef):
     outer one may read ``name`` in lanes the inner one skipped."""
     loads = {}
     for n in walk_scope(fdef.body):
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
+        if isinstance(n, gast.Name) and not isinstance(n.ctx, gast.Store):
             loads.setdefault(n.id, []).append(id(n))
     excluded = param_names(fdef) | declared_outer(fdef)
     for n in walk_scope(fdef.body):
         if isinstance(n, SCOPES):
-            excluded |= {m.id for m in ast.walk(n) if isinstance(m, ast.Name)}
+            excluded |= {m.id for m in gast.walk(n) if isinstance(m, gast.Name)}
 
     binds = []   # (node, name, ids of the nodes of the block it binds in)
     for loop in walk_scope(fdef.body):
         if not isinstance(loop, LOOPS):
             continue
-        if isinstance(loop, (ast.For, ast.AsyncFor)):
+        if isinstance(loop, (gast.For, gast.AsyncFor)):
             body = {id(n) for s in loop.body for n in walk_scope(s)}
             binds += [(loop, name, body) for name in _target_names(loop.target) or ()]
         binds += _first_binds(loop.body)

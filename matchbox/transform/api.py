@@ -3,7 +3,6 @@
 The rewrite follows AutoGraph: canonicalize first (jumps become per-lane
 flags), then lower each construct to runtime calls (runtime.py).  The order:
 """
-import ast
 import functools
 import os
 import types
@@ -12,7 +11,7 @@ from . import (assignments, break_statements, calls, conditionals, continue_stat
                logical, loops, reads, returns, runtime, sibling_calls, unsupported)
 from .analysis import loop_temporaries
 from .naming import Namer
-from .parser import load_function, parse_function
+from .parser import load_function, parse_function, unparse
 
 __all__ = ["batch", "to_source", "PASSES"]
 
@@ -55,8 +54,7 @@ def convert(fn, max_iterations=None, compact=None, merge_calls=False):
                   merge_calls)
     for p in PASSES:
         fdef = p.transform(fdef, ctx)
-    ast.fix_missing_locations(fdef)
-    source = ast.unparse(fdef)
+    source = unparse(fdef)
     new = load_function(fdef, fn, origin, ctx.runtime, runtime)
     new.__matchbox_source__ = source
     new.__matchbox_batched__ = True

@@ -17,15 +17,15 @@ some lanes only may compute anything in its dormant lanes, since its
 caller keeps only the active lanes of what it returns.  Variables first
 assigned inside a branch start as ``_mb.Undefined('x')``.
 """
-import ast
+import gast
 
 from . import templates
 from .analysis import declared_outer, param_names
 from .passes import Pass
 
-_OPS = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=",
-        ast.Mod: "%=", ast.Pow: "**=", ast.MatMult: "@=", ast.BitAnd: "&=", ast.BitOr: "|=",
-        ast.BitXor: "^=", ast.LShift: "<<=", ast.RShift: ">>="}
+_OPS = {gast.Add: "+=", gast.Sub: "-=", gast.Mult: "*=", gast.Div: "/=", gast.FloorDiv: "//=",
+        gast.Mod: "%=", gast.Pow: "**=", gast.MatMult: "@=", gast.BitAnd: "&=", gast.BitOr: "|=",
+        gast.BitXor: "^=", gast.LShift: "<<=", gast.RShift: ">>="}
 
 
 class _Assignments(Pass):
@@ -46,9 +46,8 @@ class _Assignments(Pass):
         # bind the target through a masked assignment, so that after the loop
         # each example holds its own last item, not the longest example's
         item = self.ctx.namer.new("item")
-        bind = templates.stamp(ast.Assign(targets=[node.target], value=ast.Name(id=item, ctx=ast.Load())),
-                               node)
-        node.target = ast.Name(id=item, ctx=ast.Store())
+        bind, = templates.replace("target = item", node, target=node.target, item=item)
+        node.target = templates.name(item, gast.Store())
         node.body = [bind] + node.body
         temps = self.ctx.loop_temporaries
         temps |= {(id(bind), name) for i, name in temps if i == id(node)}
@@ -69,27 +68,25 @@ class _Assignments(Pass):
     def _store(self, target, value, origin):
         """Statements that store ``value`` (an expression) into ``target``."""
         rt = self.ctx.runtime
-        if isinstance(target, ast.Name):
+        if isinstance(target, gast.Name):
             self.assigned.add(target.id)
             if (id(origin), target.id) in self.ctx.loop_temporaries:
-                return [templates.stamp(ast.Assign(targets=[target], value=value), origin)]
+                return templates.replace("x = value", origin, x=target, value=value)
             return templates.replace("x = rt.assign(x, value)", origin, x=target.id, rt=rt, value=value)
-        if isinstance(target, ast.Attribute):
+        if isinstance(target, gast.Attribute):
             return templates.replace("rt.setattr_(obj, name, value)", origin, rt=rt,
-                                     obj=target.value, name=ast.Constant(target.attr), value=value)
-        if isinstance(target, (ast.Tuple, ast.List)):
+                                     obj=target.value, name=templates.constant(target.attr), value=value)
+        if isinstance(target, (gast.Tuple, gast.List)):
             temps, stores = [], []
             for elt in target.elts:
-                star = isinstance(elt, ast.Starred)
+                star = isinstance(elt, gast.Starred)
                 inner = elt.value if star else elt
                 tmp = self.ctx.namer.new("tmp")
-                name = ast.Name(id=tmp, ctx=ast.Store())
-                temps.append(ast.Starred(value=name, ctx=ast.Store()) if star else name)
-                stores += self._store(inner, ast.Name(id=tmp, ctx=ast.Load()), origin)
-            unpack = ast.Assign(targets=[ast.Tuple(elts=temps, ctx=ast.Store())], value=value)
-            return [templates.stamp(unpack, origin)] + stores
+                temps.append(f"*{tmp}" if star else tmp)
+                stores += self._store(inner, templates.name(tmp), origin)
+            return templates.replace(f"({', '.join(temps)},) = value", origin, value=value) + stores
         # subscripts (and anything else) keep their own semantics
-        return [templates.stamp(ast.Assign(targets=[target], value=value), origin)]
+        return templates.replace("x = value", origin, x=target, value=value)
 
     def visit_Assign(self, node):
         if not self.depth:
@@ -99,7 +96,7 @@ class _Assignments(Pass):
         tmp = self.ctx.namer.new("tmp")
         out = templates.replace("tmp = value", node, tmp=tmp, value=node.value)
         for t in node.targets:
-            out += self._store(t, ast.Name(id=tmp, ctx=ast.Load()), node)
+            out += self._store(t, templates.name(tmp), node)
         return out
 
     def visit_AnnAssign(self, node):
@@ -110,16 +107,16 @@ class _Assignments(Pass):
     def visit_AugAssign(self, node):
         if not self.depth:
             return node
-        rt, op = self.ctx.runtime, ast.Constant(_OPS[type(node.op)])
+        rt, op = self.ctx.runtime, templates.constant(_OPS[type(node.op)])
         t = node.target
-        if isinstance(t, ast.Name):
+        if isinstance(t, gast.Name):
             self.assigned.add(t.id)
             return templates.replace("x = rt.aug_assign(x, op, value)", node,
                                      x=t.id, rt=rt, op=op, value=node.value)
-        if isinstance(t, ast.Attribute):
+        if isinstance(t, gast.Attribute):
             return templates.replace(
                 "rt.setattr_(obj, name, rt.aug_assign(obj.attr_name, op, value))", node, rt=rt,
-                obj=t.value, name=ast.Constant(t.attr), attr_name=t.attr, op=op, value=node.value)
+                obj=t.value, name=templates.constant(t.attr), attr_name=t.attr, op=op, value=node.value)
         return node
 
 
@@ -130,6 +127,6 @@ def transform(fdef, ctx):
     pre = []
     for name in init:
         pre += templates.replace("x = rt.Undefined(label)", fdef.body[0], x=name,
-                                 rt=ctx.runtime, label=ast.Constant(name))
+                                 rt=ctx.runtime, label=templates.constant(name))
     fdef.body = pre + body
     return fdef

@@ -11,7 +11,7 @@
 The loop is marked so a lane leaves it once its flag is set; the loop's
 ``else`` runs only for lanes that did not break (see loops.py).
 """
-import ast
+import gast
 
 from . import templates
 from .jumps import add_exit_flag, loop_guard
@@ -21,7 +21,7 @@ from .passes import Pass
 class _Breaks(Pass):
     def _loop(self, node):
         self.generic_visit(node)  # inner loops first: they own their breaks
-        guard = loop_guard(self.ctx, node, ast.Break, "break_")
+        guard = loop_guard(self.ctx, node, gast.Break, "break_")
         if guard is None:
             return node
         node.body = guard.block(node.body)

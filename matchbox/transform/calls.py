@@ -10,7 +10,7 @@ Calls to other ``@batch`` functions (recursion included) need no rewrite:
 they read the active lanes from the context, so they run for the lanes
 active at the call.
 """
-import ast
+import gast
 
 from . import templates
 from .analysis import local_names
@@ -27,7 +27,7 @@ class _Calls(Pass):
     def visit_Expr(self, node):
         self.generic_visit(node)
         call = node.value
-        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+        if (isinstance(call, gast.Call) and isinstance(call.func, gast.Attribute)
                 and call.func.attr == "append" and len(call.args) == 1 and not call.keywords):
             return templates.replace("rt.append(lst, value)", node, rt=self.ctx.runtime,
                                      lst=call.func.value, value=call.args[0])
@@ -39,7 +39,7 @@ class _Calls(Pass):
         return node
 
     def _iter(self, expr):
-        if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)
+        if (isinstance(expr, gast.Call) and isinstance(expr.func, gast.Name)
                 and expr.func.id in _ITER_BUILTINS and expr.func.id not in self.names):
             expr.func = templates.replace_as_expression(
                 f"rt.{_ITER_BUILTINS[expr.func.id]}", expr.func, rt=self.ctx.runtime)

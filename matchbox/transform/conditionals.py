@@ -12,7 +12,7 @@ A Python-valued condition keeps Python semantics (``run`` is the bool); a
 per-example one narrows the active lanes for each branch and skips a branch
 no lane takes.  ``a if c else b`` -> ``_mb.if_exp(c, lambda: a, lambda: b)``.
 """
-import ast
+import gast
 
 from . import templates
 from .passes import Pass
@@ -20,7 +20,7 @@ from .passes import Pass
 
 class _Conditionals(Pass):
     # a conditional expression inside a lambda is per example too
-    visit_Lambda = ast.NodeTransformer.generic_visit
+    visit_Lambda = gast.NodeTransformer.generic_visit
 
     def visit_If(self, node):
         self.generic_visit(node)

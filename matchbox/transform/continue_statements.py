@@ -8,7 +8,7 @@ top of every iteration, guarding the rest of the body.
                                     if not continue_:
                                         a
 """
-import ast
+import gast
 
 from . import templates
 from .jumps import loop_guard
@@ -18,7 +18,7 @@ from .passes import Pass
 class _Continues(Pass):
     def _loop(self, node):
         self.generic_visit(node)
-        guard = loop_guard(self.ctx, node, ast.Continue, "continue_")
+        guard = loop_guard(self.ctx, node, gast.Continue, "continue_")
         if guard is None:
             return node
         node.body = templates.replace("flag = False", node.body[0], flag=guard.flag) + guard.block(node.body)

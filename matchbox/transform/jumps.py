@@ -6,7 +6,7 @@ every statement after a statement that may jump is wrapped in
 continue_statements.py; once they have run, no jump is left and each jump's
 effect is carried per lane by ordinary (masked) assignments.
 """
-import ast
+import gast
 
 from . import templates
 from .analysis import LOOPS, jumps_of_loop
@@ -41,17 +41,17 @@ class JumpGuard:
     def stmt(self, s):
         if not self.may_jump(s):
             return [s]
-        if isinstance(s, ast.If):
+        if isinstance(s, gast.If):
             s.body, s.orelse = self.block(s.body), self.block(s.orelse)
-        elif isinstance(s, (ast.For, ast.While)):
+        elif isinstance(s, (gast.For, gast.While)):
             if self.into_loops:
                 if self.may_jump(s.body):
                     self.loops_with_jumps.append(s)
                 s.body = self.block(s.body)
             s.orelse = self.block(s.orelse)
-        elif isinstance(s, (ast.With,)):
+        elif isinstance(s, (gast.With,)):
             s.body = self.block(s.body)
-        elif isinstance(s, ast.Try):
+        elif isinstance(s, gast.Try):
             s.body, s.orelse = self.block(s.body), self.block(s.orelse)
             for h in s.handlers:
                 h.body = self.block(h.body)

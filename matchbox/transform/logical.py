@@ -6,7 +6,7 @@ conditional expressions to runtime calls that work per lane:
 ``b`` of ``a and b`` runs only for lanes where ``a`` holds; for Python
 values the calls keep Python's short-circuit semantics.
 """
-import ast
+import gast
 
 from . import templates
 from .passes import Pass
@@ -15,10 +15,10 @@ from .passes import Pass
 class _Tests(Pass):
     def lower(self, test):
         rt = self.ctx.runtime
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        if isinstance(test, gast.UnaryOp) and isinstance(test.op, gast.Not):
             return templates.replace_as_expression("rt.not_(a)", test, rt=rt, a=self.lower(test.operand))
-        if isinstance(test, ast.BoolOp):
-            fn = "rt.and_(a, lambda: b)" if isinstance(test.op, ast.And) else "rt.or_(a, lambda: b)"
+        if isinstance(test, gast.BoolOp):
+            fn = "rt.and_(a, lambda: b)" if isinstance(test.op, gast.And) else "rt.or_(a, lambda: b)"
             values = [self.lower(v) for v in test.values]
             out = values[-1]
             for v in reversed(values[:-1]):

@@ -26,7 +26,7 @@ together after it:
             body
     h = loop.settle(h)          (one line per variable the body assigns)
 """
-import ast
+import gast
 
 from . import templates
 from .analysis import walk_scope
@@ -35,7 +35,7 @@ from .passes import Pass
 
 class _Loops(Pass):
     def _description(self, kind, node):
-        return ast.Constant(f"{kind} loop at {self.ctx.origin.filename}:{node.lineno} "
+        return templates.constant(f"{kind} loop at {self.ctx.origin.filename}:{node.lineno} "
                             f"(in {self.ctx.fn_name})")
 
     def _alive(self, flags, node, test=None):
@@ -56,7 +56,7 @@ class _Loops(Pass):
         test = self._alive(flags, node)
         if test is None:
             return node.orelse
-        return [templates.stamp(ast.If(test=test, body=node.orelse, orelse=[]), node.orelse[0])]
+        return templates.replace("if test:\n    body", node.orelse[0], test=test, body=node.orelse)
 
     def visit_While(self, node):
         self.generic_visit(node)
@@ -72,7 +72,7 @@ class _Loops(Pass):
             template = template.replace("(desc, limit)", "(desc, limit, compact=share)")
         out = templates.replace(
             template, node, rt=self.ctx.runtime, desc=self._description("while", node),
-            limit=ast.Constant(self.ctx.max_iterations), share=ast.Constant(self.ctx.compact),
+            limit=templates.constant(self.ctx.max_iterations), share=templates.constant(self.ctx.compact),
             loop=loop, test=self._alive(flags, node, node.test), body=node.body)
         return out + self._orelse(node, flags)
 
@@ -81,7 +81,7 @@ class _Loops(Pass):
         flags = getattr(node, "mb_exit_flags", [])
         loop = self.ctx.namer.new("loop")
         alive = self._alive(flags, node)
-        extra = ast.Constant(None) if alive is None else templates.replace_as_expression(
+        extra = templates.constant(None) if alive is None else templates.replace_as_expression(
             "lambda: alive", node, alive=alive)
         template = """
             with rt.for_loop(iterable, extra, desc, limit) as loop:
@@ -95,8 +95,8 @@ class _Loops(Pass):
                 settle += templates.replace("x = loop.settle(x)", node, x=name, loop=loop)
         out = templates.replace(
             template, node, rt=self.ctx.runtime, iterable=node.iter, extra=extra,
-            desc=self._description("for", node), limit=ast.Constant(self.ctx.max_iterations),
-            share=ast.Constant(self.ctx.compact), loop=loop, target=node.target, body=node.body)
+            desc=self._description("for", node), limit=templates.constant(self.ctx.max_iterations),
+            share=templates.constant(self.ctx.compact), loop=loop, target=node.target, body=node.body)
         return out + settle + self._orelse(node, flags)
 
 
@@ -107,7 +107,7 @@ def transform(fdef, ctx):
 
 
 def _stores_into_subscripts(body):
-    return any(isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load)
+    return any(isinstance(n, gast.Subscript) and not isinstance(n.ctx, gast.Load)
                for n in walk_scope(body))
 
 
@@ -116,9 +116,9 @@ def _assigned_through_runtime(body, rt):
     ``rt.aug_assign`` (a compacted loop may keep their values compacted)."""
     names = set()
     for n in walk_scope(body):
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) \
-                and isinstance(n.value.func, ast.Attribute) \
-                and isinstance(n.value.func.value, ast.Name) and n.value.func.value.id == rt \
+        if isinstance(n, gast.Assign) and isinstance(n.value, gast.Call) \
+                and isinstance(n.value.func, gast.Attribute) \
+                and isinstance(n.value.func.value, gast.Name) and n.value.func.value.id == rt \
                 and n.value.func.attr in ("assign", "aug_assign"):
             names.add(n.targets[0].id)
     return sorted(names)

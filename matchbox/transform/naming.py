@@ -1,15 +1,15 @@
 """Collision-free names for generated variables."""
-import ast
+import gast
 
 
 class Namer:
-    """Hands out fresh names that collide with no name in the function."""
+    """Hands out fresh names that collide with no name in the function
+    (gast writes parameters and ``except ... as`` names as ``Name`` nodes)."""
 
     def __init__(self, tree):
-        self.used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        self.used |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
-        self.used |= {n.name for n in ast.walk(tree)
-                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        self.used = {n.id for n in gast.walk(tree) if isinstance(n, gast.Name)}
+        self.used |= {n.name for n in gast.walk(tree)
+                      if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef))}
 
     def new(self, base):
         name, i = base, 1

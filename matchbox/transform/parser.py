@@ -1,8 +1,11 @@
 """Source capture, origin information and loading of generated code.
 
-The function's source is read with ``inspect.getsource`` and dedented; every
-node keeps the user's line numbers, and generated code is compiled under the
-user's file name, so tracebacks and ``linecache`` point into user source.
+The function's source is read with ``inspect.getsource`` and dedented,
+parsed, and converted to gast (one AST across Python versions), which is
+what the passes work on; ``unparse`` and ``load_function`` convert back to
+the standard library's AST to print and to compile.  Every node keeps the
+user's line numbers, and generated code is compiled under the user's file
+name, so tracebacks and ``linecache`` point into user source.
 """
 import ast
 import inspect
@@ -11,9 +14,12 @@ import sys
 import textwrap
 import types
 
+import gast
+
+from . import templates
 from .errors import SourceUnavailableError
 
-__all__ = ["Origin", "parse_function", "load_function"]
+__all__ = ["Origin", "parse_function", "unparse", "load_function"]
 
 
 class Origin:
@@ -30,7 +36,7 @@ class Origin:
 
 
 def parse_function(fn):
-    """The ``ast.FunctionDef`` of ``fn`` (decorators removed, user line
+    """The ``gast.FunctionDef`` of ``fn`` (decorators removed, user line
     numbers) and its :class:`Origin`."""
     try:
         lines, firstline = inspect.getsourcelines(fn)
@@ -48,16 +54,25 @@ def parse_function(fn):
     indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
     tree = ast.parse(dedented)
     ast.increment_lineno(tree, firstline - 1)
-    fdef = tree.body[0]
-    if isinstance(fdef, ast.AsyncFunctionDef):
+    fdef = gast.ast_to_gast(tree).body[0]
+    if isinstance(fdef, gast.AsyncFunctionDef):
         from .errors import BatchSyntaxError
         raise BatchSyntaxError("an async function", fdef, Origin(filename, firstline, indent, lines))
-    if not isinstance(fdef, ast.FunctionDef):
+    if not isinstance(fdef, gast.FunctionDef):
         raise SourceUnavailableError(
             f"@matchbox.batch can rewrite a def statement, but the source of "
             f"{getattr(fn, '__qualname__', fn)!r} is not one (a lambda?); write it as a def")
     fdef.decorator_list = []
     return fdef, Origin(filename, firstline, indent, lines)
+
+
+def _to_ast(node):
+    return ast.fix_missing_locations(gast.gast_to_ast(node))
+
+
+def unparse(node):
+    """The Python source of a gast node."""
+    return ast.unparse(_to_ast(node))
 
 
 def load_function(fdef, fn, origin, runtime_name, runtime):
@@ -67,18 +82,17 @@ def load_function(fdef, fn, origin, runtime_name, runtime):
     # a unique name in the factory, so a recursive call still finds the
     # decorated function through the globals (or its own closure cell)
     user_name, fdef.name = fdef.name, "__matchbox_converted"
-    factory = ast.FunctionDef(
-        name="__matchbox_factory", args=ast.arguments(
-            posonlyargs=[], args=[ast.arg(arg=a) for a in [runtime_name] + free],
-            vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-        body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))],
-        decorator_list=[], returns=None)
-    module = ast.Module(body=[factory], type_ignores=[])
-    for node in ast.walk(factory):
-        if not hasattr(node, "lineno") or node is factory:
-            node.lineno = node.end_lineno = fdef.lineno
-            node.col_offset = node.end_col_offset = 0
-    ast.fix_missing_locations(module)
+    params = [templates.name(a, gast.Param()) for a in [runtime_name] + free]
+    ret = gast.Return(value=templates.name(fdef.name))
+    factory = gast.FunctionDef(
+        name="__matchbox_factory", args=gast.arguments(
+            posonlyargs=[], args=params, vararg=None, kwonlyargs=[], kw_defaults=[],
+            kwarg=None, defaults=[]),
+        body=[fdef, ret], decorator_list=[], returns=None, type_comment=None, type_params=[])
+    for node in [factory, ret, ret.value] + params:
+        node.lineno = node.end_lineno = fdef.lineno
+        node.col_offset = node.end_col_offset = 0
+    module = _to_ast(gast.Module(body=[factory], type_ignores=[]))
     code = compile(module, origin.filename, "exec")
     fcode = next(c for c in code.co_consts if isinstance(c, types.CodeType))
     inner = next(c for c in fcode.co_consts

@@ -1,16 +1,16 @@
 """What every ``@batch`` rewrite pass shares.
 
-A pass is a NodeTransformer over the statements of one function.  It
+A pass is a gast NodeTransformer over the statements of one function.  It
 leaves nested functions, lambdas and classes alone (they are not rewritten:
 decorate them separately).  ``statements`` visits a list of statements,
 splicing in the lists a visit may return; ``region`` does the same for a
 branch or loop body and counts how deep in such bodies the pass is
 (``depth``), for passes that treat code inside them differently.
 """
-import ast
+import gast
 
 
-class Pass(ast.NodeTransformer):
+class Pass(gast.NodeTransformer):
     depth = 0
 
     def __init__(self, ctx):

@@ -8,7 +8,7 @@ With ``@batch(compact=...)`` every value loaded in a region goes through
 ``read`` (globals, closure variables, ``obj.attr`` and ``xs[i]`` too), so a
 compacted loop sees the live lanes of whatever it reads.
 """
-import ast
+import gast
 
 from . import templates
 from .analysis import local_names
@@ -17,7 +17,7 @@ from .passes import Pass
 
 class _Reads(Pass):
     # a lambda's reads run where it is called, inside the region
-    visit_Lambda = ast.NodeTransformer.generic_visit
+    visit_Lambda = gast.NodeTransformer.generic_visit
 
     def __init__(self, ctx, names):
         super().__init__(ctx)
@@ -27,34 +27,34 @@ class _Reads(Pass):
         return templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=node)
 
     def visit_Name(self, node):
-        if self.depth and isinstance(node.ctx, ast.Load) and (
+        if self.depth and isinstance(node.ctx, gast.Load) and (
                 node.id in self.names or self.ctx.compact is not None):
             return self._gate(node)
         return node
 
     def _global(self, node):
         """A name that is not the function's own (a module, a global)."""
-        return isinstance(node, ast.Name) and node.id not in self.names
+        return isinstance(node, gast.Name) and node.id not in self.names
 
     def visit_Attribute(self, node):
         if not self._global(node.value):  # torch.float32, F.relu: not gated
             node.value = self.visit(node.value)
-        if self.depth and isinstance(node.ctx, ast.Load) and self.ctx.compact is not None:
+        if self.depth and isinstance(node.ctx, gast.Load) and self.ctx.compact is not None:
             return self._gate(node)
         return node
 
     def visit_Subscript(self, node):
         self.generic_visit(node)
-        if self.depth and isinstance(node.ctx, ast.Load) and self.ctx.compact is not None:
+        if self.depth and isinstance(node.ctx, gast.Load) and self.ctx.compact is not None:
             return self._gate(node)
         return node
 
     def visit_Call(self, node):
         func = node.func
-        if isinstance(func, ast.Attribute):  # a method: gate its object only
+        if isinstance(func, gast.Attribute):  # a method: gate its object only
             if not self._global(func.value):
                 func.value = self.visit(func.value)
-        elif not isinstance(func, ast.Name):
+        elif not isinstance(func, gast.Name):
             node.func = self.visit(func)
         node.args = [self.visit(a) for a in node.args]
         for k in node.keywords:
@@ -64,16 +64,16 @@ class _Reads(Pass):
     def _target(self, t):
         """Store targets: the object a subscript or attribute store writes
         into is not gated (the write must reach the variable itself)."""
-        if isinstance(t, (ast.Subscript, ast.Attribute)):
-            if not isinstance(t.value, ast.Name):
+        if isinstance(t, (gast.Subscript, gast.Attribute)):
+            if not isinstance(t.value, gast.Name):
                 t.value = self.visit(t.value)
-            if isinstance(t, ast.Subscript):
+            if isinstance(t, gast.Subscript):
                 t.slice = self.visit(t.slice)
             return t
-        if isinstance(t, (ast.Tuple, ast.List)):
+        if isinstance(t, (gast.Tuple, gast.List)):
             t.elts = [self._target(e) for e in t.elts]
             return t
-        if isinstance(t, ast.Starred):
+        if isinstance(t, gast.Starred):
             t.value = self._target(t.value)
             return t
         return t

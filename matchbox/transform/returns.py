@@ -10,7 +10,7 @@
 Loops that hold a return are marked so a lane leaves them once it returned.
 Functions whose returns all sit at the top level are left as they are.
 """
-import ast
+import gast
 
 from . import templates
 from .analysis import SCOPES, contains, walk_scope
@@ -18,19 +18,19 @@ from .jumps import JumpGuard, add_exit_flag
 
 
 def transform(fdef, ctx):
-    nested = [n for s in fdef.body if not isinstance(s, ast.Return)
-              for n in walk_scope(s) if isinstance(n, ast.Return)]
+    nested = [n for s in fdef.body if not isinstance(s, gast.Return)
+              for n in walk_scope(s) if isinstance(n, gast.Return)]
     if not nested:
         return fdef
     done, retval = ctx.namer.new("do_return"), ctx.namer.new("retval")
 
     def replace(node):
-        value = node.value if node.value is not None else ast.Constant(value=None)
+        value = node.value if node.value is not None else templates.constant(None)
         return templates.replace("retval = value\ndone = True", node,
                                  retval=retval, value=value, done=done)
 
-    guard = JumpGuard(done, lambda s: isinstance(s, ast.Return), replace,
-                      lambda s: contains(s, ast.Return, SCOPES), into_loops=True)
+    guard = JumpGuard(done, lambda s: isinstance(s, gast.Return), replace,
+                      lambda s: contains(s, gast.Return, SCOPES), into_loops=True)
     body = guard.block(fdef.body)
     for loop in guard.loops_with_jumps:
         add_exit_flag(loop, done)

@@ -19,36 +19,36 @@ function itself (``name(...)`` or ``self.name(...)``), with positional
 arguments only, where the second call's arguments and function do not read
 what the first one assigns.
 """
-import ast
+import gast
 
 from . import templates
 from .analysis import walk_scope
 
 
 def _names(node):
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name)}
 
 
 class _Merger:
     def __init__(self, fdef, ctx):
         self.ctx, self.name = ctx, fdef.name
         args = fdef.args.posonlyargs + fdef.args.args
-        self.self_name = args[0].arg if args else None
+        self.self_name = args[0].id if args else None  # gast: parameters are Names
 
     def _recursive_call(self, stmt):
         """The call of ``stmt`` if it is ``target = f(args)`` with ``f`` the function itself."""
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.value, ast.Call)):
+        if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.value, gast.Call)):
             return None
         call, func = stmt.value, stmt.value.func
-        if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+        if call.keywords or any(isinstance(a, gast.Starred) for a in call.args):
             return None
-        if not all(isinstance(n, (ast.Name, ast.Tuple, ast.List))
-                   for n in ast.walk(stmt.targets[0]) if isinstance(n, ast.expr)):
+        if not all(isinstance(n, (gast.Name, gast.Tuple, gast.List))
+                   for n in gast.walk(stmt.targets[0]) if isinstance(n, gast.expr)):
             return None
-        itself = (isinstance(func, ast.Name) and func.id == self.name) or (
-            isinstance(func, ast.Attribute) and func.attr == self.name
-            and isinstance(func.value, ast.Name) and func.value.id == self.self_name)
+        itself = (isinstance(func, gast.Name) and func.id == self.name) or (
+            isinstance(func, gast.Attribute) and func.attr == self.name
+            and isinstance(func.value, gast.Name) and func.value.id == self.self_name)
         return call if itself else None
 
     def statements(self, stmts):
@@ -57,7 +57,7 @@ class _Merger:
             a = stmts[i]
             b = stmts[i + 1] if i + 1 < len(stmts) else None
             ca, cb = self._recursive_call(a), b is not None and self._recursive_call(b)
-            if ca and cb and ast.dump(ca.func) == ast.dump(cb.func) \
+            if ca and cb and gast.dump(ca.func) == gast.dump(cb.func) \
                     and not _names(a.targets[0]) & _names(cb):
                 out += self._merged(a, b)
                 i += 2
@@ -76,8 +76,8 @@ class _Merger:
             target = tmp[0]
             tmp[1]
             """, a, tmp=tmp, rt=self.ctx.runtime, f=a.value.func,
-            first=ast.Tuple(elts=a.value.args, ctx=ast.Load()),
-            second=ast.Tuple(elts=b.value.args, ctx=ast.Load()), target=a.targets[0])
+            first=gast.Tuple(elts=a.value.args, ctx=gast.Load()),
+            second=gast.Tuple(elts=b.value.args, ctx=gast.Load()), target=a.targets[0])
         a.targets, a.value, b.value = call.targets, call.value, b.value.value
         return [a, unpack, b]
 
@@ -89,6 +89,6 @@ def transform(fdef, ctx):
     for node in [fdef, *walk_scope(fdef.body)]:
         for field in ("body", "orelse", "finalbody"):
             stmts = getattr(node, field, None)
-            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], gast.stmt):
                 setattr(node, field, merger.statements(stmts))
     return fdef

@@ -1,22 +1,26 @@
-"""Code templates: Python source with placeholder names, filled with AST.
+"""Code templates: Python source with placeholder names, filled with gast.
 
-``replace(template, origin, **subs)`` parses ``template`` and substitutes
-each placeholder name: a ``str`` renames it, an ``ast.expr`` replaces it,
-and a list of statements replaces a placeholder that stands alone as a
-statement; placeholders named ``attr_*`` also rename attributes.  Every node the template creates gets the location of
-``origin`` (the user node it stands for), so generated code keeps the
-user's line numbers.
+``replace(template, origin, **subs)`` parses ``template`` into gast nodes
+and substitutes each placeholder name: a ``str`` renames it (parameters
+too: gast writes them as names), a ``gast.expr`` replaces it, and a list of
+statements replaces a placeholder that stands alone as a statement;
+placeholders named ``attr_*`` also rename attributes.  Every node the
+template creates (and every substitute without a location) gets the
+location of ``origin``, the user node it stands for, so generated code
+keeps the user's line numbers.  ``name`` and
+``constant`` build the two leaf nodes passes need outside a template.
 """
-import ast
 import copy
 import textwrap
 
-__all__ = ["replace", "replace_as_expression", "stamp"]
+import gast
+
+__all__ = ["replace", "replace_as_expression", "stamp", "name", "constant"]
 
 
 def stamp(node, origin):
     """Give ``node`` and its children without a location ``origin``'s."""
-    for n in ast.walk(node):
+    for n in gast.walk(node):
         if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
             n.lineno = origin.lineno
             n.col_offset = origin.col_offset
@@ -25,12 +29,21 @@ def stamp(node, origin):
     return node
 
 
-class _Filler(ast.NodeTransformer):
+def name(id, ctx=None):
+    """A ``gast.Name`` (loaded unless ``ctx`` says otherwise)."""
+    return gast.Name(id=id, ctx=ctx or gast.Load(), annotation=None, type_comment=None)
+
+
+def constant(value):
+    return gast.Constant(value=value, kind=None)
+
+
+class _Filler(gast.NodeTransformer):
     def __init__(self, subs):
         self.subs = subs
 
     def visit_Expr(self, node):
-        if isinstance(node.value, ast.Name) and isinstance(self.subs.get(node.value.id), list):
+        if isinstance(node.value, gast.Name) and isinstance(self.subs.get(node.value.id), list):
             return self.subs[node.value.id]
         return self.generic_visit(node)
 
@@ -56,22 +69,15 @@ class _Filler(ast.NodeTransformer):
             node.attr = sub
         return node
 
-    def visit_arg(self, node):
-        sub = self.subs.get(node.arg)
-        if isinstance(sub, str):
-            node.arg = sub
-        return node
-
 
 def replace(template, origin, **subs):
     """The statements of ``template`` with placeholders filled."""
-    tree = ast.parse(textwrap.dedent(template))
-    for n in ast.walk(tree):
+    tree = gast.parse(textwrap.dedent(template))
+    for n in gast.walk(tree):
         if "lineno" in n._attributes:
             n.lineno = None
-    stamp(tree, origin)
     tree = _Filler(subs).visit(tree)
-    return tree.body
+    return stamp(tree, origin).body
 
 
 def replace_as_expression(template, origin, **subs):

@@ -3,36 +3,36 @@
 Each raises :class:`BatchSyntaxError` (a SyntaxError) naming the construct,
 the file and the line.
 """
-import ast
+import gast
 
 from .analysis import assigned_names, walk_scope
 from .errors import BatchSyntaxError
 
-_CONTROL = (ast.If, ast.While, ast.For, ast.IfExp)
+_CONTROL = (gast.If, gast.While, gast.For, gast.IfExp)
 
 
 def transform(fdef, ctx):
     outer = set()
     for n in walk_scope(fdef.body):
-        if isinstance(n, (ast.Yield, ast.YieldFrom)):
+        if isinstance(n, (gast.Yield, gast.YieldFrom)):
             raise BatchSyntaxError("a generator (yield)", n, ctx.origin,
                                    "a generator's lanes would yield at different times")
-        if isinstance(n, ast.Await):
+        if isinstance(n, gast.Await):
             raise BatchSyntaxError("await", n, ctx.origin)
-        if isinstance(n, (ast.AsyncFor, ast.AsyncWith)):
+        if isinstance(n, (gast.AsyncFor, gast.AsyncWith)):
             raise BatchSyntaxError("async for/with", n, ctx.origin)
-        if isinstance(n, ast.Match):
+        if isinstance(n, gast.Match):
             raise BatchSyntaxError("a match statement", n, ctx.origin,
                                    "rewrite it as if/elif/else")
-        if isinstance(n, (ast.Global, ast.Nonlocal)):
+        if isinstance(n, (gast.Global, gast.Nonlocal)):
             outer |= set(n.names)
-        if isinstance(n, ast.Try):
+        if isinstance(n, gast.Try):
             for s in n.finalbody:
                 for m in walk_scope(s):
-                    if isinstance(m, (ast.Return, ast.Break, ast.Continue)):
+                    if isinstance(m, (gast.Return, gast.Break, gast.Continue)):
                         raise BatchSyntaxError(
                             f"'{type(m).__name__.lower()}' inside a finally block", m, ctx.origin)
-        if isinstance(n, ast.Delete) and any(isinstance(t, ast.Name) for t in n.targets):
+        if isinstance(n, gast.Delete) and any(isinstance(t, gast.Name) for t in n.targets):
             raise BatchSyntaxError("'del' of a variable", n, ctx.origin,
                                    "a variable cannot be deleted for some examples only")
     if outer:
