@@ -33,15 +33,6 @@ class _Assignments(Pass):
         super().__init__(ctx)
         self.assigned = set()
 
-    def visit_If(self, node):
-        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
-        return node
-
-    def visit_While(self, node):
-        # a loop's else runs after it, guarded by its exit flags: a region too
-        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
-        return node
-
     def visit_For(self, node):
         # bind the target through a masked assignment, so that after the loop
         # each example holds its own last item, not the longest example's
@@ -51,18 +42,7 @@ class _Assignments(Pass):
         node.body = [bind] + node.body
         temps = self.ctx.loop_temporaries
         temps |= {(id(bind), name) for i, name in temps if i == id(node)}
-        return self.visit_While(node)
-
-    def visit_With(self, node):
-        node.body = self.statements(node.body)
-        return node
-
-    def visit_Try(self, node):
-        node.body, node.orelse = self.statements(node.body), self.statements(node.orelse)
-        node.finalbody = self.statements(node.finalbody)
-        for h in node.handlers:
-            h.body = self.statements(h.body)
-        return node
+        return super().visit_For(node)
 
     # ---------------------------------------------------------------- targets
     def _store(self, target, value, origin):

@@ -14,23 +14,17 @@ The loop is marked so a lane leaves it once its flag is set; the loop's
 import gast
 
 from . import templates
-from .jumps import add_exit_flag, loop_guard
-from .passes import Pass
+from .jumps import LoopJumps, add_exit_flag
 
 
-class _Breaks(Pass):
-    def _loop(self, node):
-        self.generic_visit(node)  # inner loops first: they own their breaks
-        guard = loop_guard(self.ctx, node, gast.Break, "break_")
-        if guard is None:
-            return node
-        node.body = guard.block(node.body)
-        add_exit_flag(node, guard.flag)
-        return templates.replace("flag = False", node, flag=guard.flag) + [node]
+class _Breaks(LoopJumps):
+    kind, prefix = gast.Break, "break_"
 
-    visit_While = visit_For = _loop
+    def lower(self, loop, guard):
+        loop.body = guard.block(loop.body)
+        add_exit_flag(loop, guard.flag)
+        return templates.replace("flag = False", loop, flag=guard.flag) + [loop]
 
 
 def transform(fdef, ctx):
-    fdef.body = _Breaks(ctx).statements(fdef.body)
-    return fdef
+    return _Breaks.run(fdef, ctx)

@@ -48,6 +48,4 @@ class _Calls(Pass):
 
 
 def transform(fdef, ctx):
-    tr = _Calls(ctx, local_names(fdef))
-    fdef.body = tr.statements(fdef.body)
-    return fdef
+    return _Calls.run(fdef, ctx, local_names(fdef))

@@ -50,6 +50,4 @@ class _Conditionals(Pass):
 
 
 def transform(fdef, ctx):
-    tr = _Conditionals(ctx)
-    fdef.body = tr.statements(fdef.body)
-    return fdef
+    return _Conditionals.run(fdef, ctx)

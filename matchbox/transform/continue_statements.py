@@ -11,22 +11,17 @@ top of every iteration, guarding the rest of the body.
 import gast
 
 from . import templates
-from .jumps import loop_guard
-from .passes import Pass
+from .jumps import LoopJumps
 
 
-class _Continues(Pass):
-    def _loop(self, node):
-        self.generic_visit(node)
-        guard = loop_guard(self.ctx, node, gast.Continue, "continue_")
-        if guard is None:
-            return node
-        node.body = templates.replace("flag = False", node.body[0], flag=guard.flag) + guard.block(node.body)
-        return node
+class _Continues(LoopJumps):
+    kind, prefix = gast.Continue, "continue_"
 
-    visit_While = visit_For = _loop
+    def lower(self, loop, guard):
+        reset = templates.replace("flag = False", loop.body[0], flag=guard.flag)
+        loop.body = reset + guard.block(loop.body)
+        return loop
 
 
 def transform(fdef, ctx):
-    fdef.body = _Continues(ctx).statements(fdef.body)
-    return fdef
+    return _Continues.run(fdef, ctx)

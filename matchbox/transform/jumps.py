@@ -10,6 +10,7 @@ import gast
 
 from . import templates
 from .analysis import LOOPS, jumps_of_loop
+from .passes import Pass
 
 
 class JumpGuard:
@@ -71,6 +72,23 @@ def loop_guard(ctx, loop, kind, prefix):
         lambda s: not isinstance(s, LOOPS) and jumps_of_loop(s, kind)
         or isinstance(s, LOOPS) and jumps_of_loop(s.orelse, kind),
         into_loops=False)
+
+
+class LoopJumps(Pass):
+    """A pass that turns the ``kind`` jumps (Break / Continue) of each loop
+    into a flag named from ``prefix``, innermost loops first (they own
+    their jumps); ``lower(loop, guard)`` rewrites a loop that has some."""
+    kind = prefix = None
+
+    def _loop(self, node):
+        self.generic_visit(node)
+        guard = loop_guard(self.ctx, node, self.kind, self.prefix)
+        return node if guard is None else self.lower(node, guard)
+
+    visit_While = visit_For = _loop
+
+    def lower(self, loop, guard):
+        raise NotImplementedError
 
 
 def add_exit_flag(loop, flag):

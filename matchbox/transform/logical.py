@@ -35,5 +35,4 @@ class _Tests(Pass):
 
 
 def transform(fdef, ctx):
-    fdef.body = _Tests(ctx).statements(fdef.body)
-    return fdef
+    return _Tests.run(fdef, ctx)

@@ -101,9 +101,7 @@ class _Loops(Pass):
 
 
 def transform(fdef, ctx):
-    tr = _Loops(ctx)
-    fdef.body = tr.statements(fdef.body)
-    return fdef
+    return _Loops.run(fdef, ctx)
 
 
 def _stores_into_subscripts(body):

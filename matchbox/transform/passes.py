@@ -6,6 +6,12 @@ decorate them separately).  ``statements`` visits a list of statements,
 splicing in the lists a visit may return; ``region`` does the same for a
 branch or loop body and counts how deep in such bodies the pass is
 (``depth``), for passes that treat code inside them differently.
+
+By default ``if``, ``while`` and ``for`` walk their bodies (and ``else``
+blocks: a loop's ``else`` runs after it, guarded by its exit flags) as
+regions; a ``while`` test is in the region too, since it runs once per
+iteration for the lanes still in the loop, while an ``if`` test and a
+``for`` iterable run before it.
 """
 import gast
 
@@ -15,6 +21,12 @@ class Pass(gast.NodeTransformer):
 
     def __init__(self, ctx):
         self.ctx = ctx
+
+    @classmethod
+    def run(cls, fdef, ctx, *args):
+        """Rewrite ``fdef``'s body with a new pass ``cls(ctx, *args)``."""
+        fdef.body = cls(ctx, *args).statements(fdef.body)
+        return fdef
 
     def visit_FunctionDef(self, node):
         return node  # nested functions are not rewritten
@@ -31,6 +43,22 @@ class Pass(gast.NodeTransformer):
     def region(self, nodes):
         self.depth += 1
         try:
-            return self.statements(nodes)
+            return self.statements(nodes) if isinstance(nodes, list) else self.visit(nodes)
         finally:
             self.depth -= 1
+
+    def _regions(self, node):
+        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
+        return node
+
+    def visit_If(self, node):
+        node.test = self.visit(node.test)
+        return self._regions(node)
+
+    def visit_While(self, node):
+        node.test = self.region(node.test)
+        return self._regions(node)
+
+    def visit_For(self, node):
+        node.iter = self.visit(node.iter)
+        return self._regions(node)

@@ -23,14 +23,16 @@ class _Reads(Pass):
         super().__init__(ctx)
         self.names = names
 
-    def _gate(self, node):
-        return templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=node)
+    def _gated(self, node, local=False):
+        """``node``, through ``rt.read`` if it is loaded in a region and is a
+        local variable (or anything, when compacting)."""
+        if self.depth and isinstance(node.ctx, gast.Load) and (
+                local or self.ctx.compact is not None):
+            return templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=node)
+        return node
 
     def visit_Name(self, node):
-        if self.depth and isinstance(node.ctx, gast.Load) and (
-                node.id in self.names or self.ctx.compact is not None):
-            return self._gate(node)
-        return node
+        return self._gated(node, node.id in self.names)
 
     def _global(self, node):
         """A name that is not the function's own (a module, a global)."""
@@ -39,15 +41,10 @@ class _Reads(Pass):
     def visit_Attribute(self, node):
         if not self._global(node.value):  # torch.float32, F.relu: not gated
             node.value = self.visit(node.value)
-        if self.depth and isinstance(node.ctx, gast.Load) and self.ctx.compact is not None:
-            return self._gate(node)
-        return node
+        return self._gated(node)
 
     def visit_Subscript(self, node):
-        self.generic_visit(node)
-        if self.depth and isinstance(node.ctx, gast.Load) and self.ctx.compact is not None:
-            return self._gate(node)
-        return node
+        return self._gated(self.generic_visit(node))
 
     def visit_Call(self, node):
         func = node.func
@@ -94,32 +91,9 @@ class _Reads(Pass):
         node.target = self._target(node.target)
         return node
 
-    def visit_If(self, node):
-        node.test = self.visit(node.test)
-        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
-        return node
-
-    def visit_While(self, node):
-        self.depth += 1
-        node.test = self.visit(node.test)
-        self.depth -= 1
-        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
-        return node
-
-    def visit_For(self, node):
-        node.iter = self.visit(node.iter)
-        node.body, node.orelse = self.region(node.body), self.region(node.orelse)
-        return node
-
-    def visit_IfExp(self, node):
-        node.test = self.visit(node.test)
-        self.depth += 1
-        node.body, node.orelse = self.visit(node.body), self.visit(node.orelse)
-        self.depth -= 1
-        return node
+    # a conditional expression's branches are regions, as an if statement's
+    visit_IfExp = Pass.visit_If
 
 
 def transform(fdef, ctx):
-    tr = _Reads(ctx, local_names(fdef))
-    fdef.body = tr.statements(fdef.body)
-    return fdef
+    return _Reads.run(fdef, ctx, local_names(fdef))
