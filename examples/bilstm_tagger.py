@@ -13,7 +13,8 @@ matchbox features shown: ``@matchbox.batch`` ``for`` loops over
 the sentences that have that word), list accumulation ``out.append(h)`` +
 ``F.stack(out, 1)`` building a dynamic dimension, ``nn.LSTMCell`` /
 ``nn.Embedding`` / ``nn.Linear`` on MaskedBatch, ``F.cat`` along a static
-dim, and ``F.cross_entropy`` averaged over the real words of the batch.
+dim, and ``F.cross_entropy`` per word, trained on the mean over all real
+words of the batch (``matchbox.token_mean``).
 Written with ``@matchbox.batch(compact=1.0)`` instead, each step runs on the
 sentences that have that word only (``bench/tasks/bilstm.py`` times both).
 
@@ -87,8 +88,8 @@ class Tagger(nn.Module):
         return self.mlp(self.bilstm(self.embed(words)))
 
     def loss(self, words, tags, reduction="mean"):
-        """Cross entropy of every word's tag; ``'mean'`` over all real words
-        (of the batch), ``'none'`` per word (1, n)."""
+        """Cross entropy of every word's tag: ``'mean'`` over the sentence's
+        words (one value per sentence), ``'none'`` per word (1, n)."""
         return F.cross_entropy(self(words).transpose(1, 2), tags, reduction=reduction)
 
 
@@ -154,9 +155,10 @@ def majority(examples):
 
 def train(model, batches, lr):
     """One pass of Adam over ``batches`` of ``(*inputs, tags)`` with
-    ``model.loss``; returns (losses, seconds)."""
+    ``model.loss``, minimizing the mean over all real words of a batch;
+    returns (losses, seconds)."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    return train_loop(opt, batches, lambda batch: model.loss(*batch))
+    return train_loop(opt, batches, lambda batch: matchbox.token_mean(model.loss(*batch, reduction="none")))
 
 
 def summary(losses, seconds, **metrics):

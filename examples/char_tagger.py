@@ -83,8 +83,8 @@ class CharTagger(nn.Module):
         return self.mlp(self.bilstm(self.embed_words(words, letters)))
 
     def loss(self, words, letters, tags, reduction="mean"):
-        """Cross entropy of every word's tag; ``'mean'`` over all real words
-        (of the batch), ``'none'`` per word (1, n)."""
+        """Cross entropy of every word's tag: ``'mean'`` over the sentence's
+        words (one value per sentence), ``'none'`` per word (1, n)."""
         return F.cross_entropy(self(words, letters).transpose(1, 2), tags, reduction=reduction)
 
 

@@ -138,7 +138,7 @@ def main(steps=80, batch_size=32, seed=0, lr=3e-3, config=None):
         nodes, target = next(batches)
         pred, n = model(nodes)
         expansions.append(mean_expansions(n))
-        return F.mse_loss(pred, target)
+        return matchbox.example_mean(F.mse_loss(pred, target))  # each example's error, averaged
     losses, seconds = train_loop(opt, range(steps), loss_of)
     window = max(1, min(10, steps // 4))
     start, final = sum(losses[:window]) / window, sum(losses[-window:]) / window

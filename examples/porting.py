@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 
+import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch
 from examples.common import progress, run_main
@@ -103,7 +104,7 @@ def main(steps=40, batch_size=32, lr=0.02, seed=0, every=10):
         tokens, lengths, labels = batch_padded(chunk)
         loss_p = F.cross_entropy(padded(tokens, lengths), labels)
         mtokens, mlabels = batch_masked(chunk)
-        loss_m = F.cross_entropy(masked(mtokens), mlabels)
+        loss_m = matchbox.example_mean(F.cross_entropy(masked(mtokens), mlabels))
         for opt, loss in zip(opts, (loss_p, loss_m)):
             opt.zero_grad()
             loss.backward()

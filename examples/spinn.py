@@ -21,7 +21,8 @@ matchbox features exercised: ``@matchbox.batch`` with a ``for`` over a
 dynamic dimension (``transitions.unbind(1)``) and an ``if``/``else`` on a
 per-example condition inside it; reads and writes at per-example pointer
 positions (``stack[:, sp - 1]``, ``stack[:, sp] = ...``); ``batch_zeros``;
-embedding, linear, chunk, cat; cross_entropy over the batch.
+embedding, linear, chunk, cat; cross_entropy per expression, averaged over the
+batch with ``matchbox.example_mean``.
 
 Run:  python -m examples.spinn [--steps 60] [--batch-size 64] [--seed 0] [--threads 1]
 """
@@ -130,7 +131,7 @@ def main(steps=60, batch_size=64, max_leaves=6, lr=0.01, seed=0, eval_size=256):
     def evaluate():
         with torch.no_grad():
             logits = model(test_words, test_trans)
-            loss = F.cross_entropy(logits, test_values).item()
+            loss = matchbox.example_mean(F.cross_entropy(logits, test_values)).item()
             acc = (logits.argmax(-1) == test_values).data.double().mean().item()
         return loss, acc
 
@@ -138,7 +139,7 @@ def main(steps=60, batch_size=64, max_leaves=6, lr=0.01, seed=0, eval_size=256):
 
     def loss_of(step):
         words, trans, values = make_batch(make_data(batch_size, max_leaves, seed * 1000 + 7 + step))
-        return F.cross_entropy(model(words, trans), values)   # mean over the batch
+        return matchbox.example_mean(F.cross_entropy(model(words, trans), values))
     _, seconds = train_loop(opt, range(steps), loss_of)
     end_loss, end_acc = evaluate()
     print(f"final: loss {end_loss:.3f} (start {start_loss:.3f}), root accuracy {100 * end_acc:.1f}% "

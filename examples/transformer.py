@@ -208,8 +208,8 @@ def main(steps=150, batch_size=64, d_model=64, heads=4, layers=2, vocab=12, min_
 
     def loss_of(step):
         src, tgt_in, tgt_out = make_batch(train[step * batch_size:(step + 1) * batch_size], device)
-        # classes in dim 1 per example; the mean is over every real target token of the batch
-        return F.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out)
+        # the mean over every real target token of the batch
+        return matchbox.token_mean(token_losses(model, src, tgt_in, tgt_out))
     losses, _ = train_loop(opt, range(steps), loss_of, after_step=warmup.step)
     train_secs = time.perf_counter() - start
 
@@ -217,7 +217,7 @@ def main(steps=150, batch_size=64, d_model=64, heads=4, layers=2, vocab=12, min_
     model.eval()
     with torch.no_grad():
         src, tgt_in, tgt_out = make_batch(test, device)
-        test_loss = F.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out).item()
+        test_loss = matchbox.token_mean(token_losses(model, src, tgt_in, tgt_out)).item()
         decoded = greedy_decode(model, src, max_len + 2).examples()
     seq_acc, tok_acc = accuracy([d.cpu() for d in decoded], test)
     secs = time.perf_counter() - start

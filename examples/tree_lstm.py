@@ -135,9 +135,9 @@ def make_batch(trees):
 # ------------------------------------------------------------------ training
 def node_metrics(model, batch):
     """Mean loss per node and fraction of nodes classified right, over a batch of trees."""
-    loss, correct = model(*batch)
-    nodes = batch[0].size_as_tensor(1).data.sum()
-    return loss.data.sum() / nodes, correct.data.sum() / nodes
+    loss, correct = model(*batch)                       # per tree: sums over its nodes
+    nodes = batch[0].size_as_tensor(1)                   # per tree: its number of nodes
+    return matchbox.token_mean(loss, nodes), matchbox.token_mean(correct, nodes)
 
 
 def majority_rate(trees):

@@ -4,7 +4,9 @@ from .core import MaskedBatch
 from . import ops  # noqa: F401  (fills the rule table)
 from . import functional
 from . import data
+from .ops.loss import example_sum, example_mean, token_mean
 from .transform import batch, to_source
 
-__all__ = ["MaskedBatch", "functional", "data", "batch", "to_source"]
+__all__ = ["MaskedBatch", "functional", "data", "batch", "to_source",
+           "example_sum", "example_mean", "token_mean"]
 __version__ = "0.1.0"

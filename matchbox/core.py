@@ -245,6 +245,32 @@ class MaskedBatch:
         self.data.requires_grad_(flag)
         return self
 
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Backpropagate the sum over examples of their real entries: what a
+        loop over single examples that calls ``backward()`` on each
+        accumulates (e.g. on per-example losses, the sum of the examples'
+        losses; combine them otherwise with ``matchbox.example_mean`` /
+        ``token_mean``).  ``gradient`` (a MaskedBatch, or a Tensor or number
+        that broadcasts against the padded data) weights the real entries;
+        padding gets none.  The other arguments are ``Tensor.backward``'s."""
+        data = self.data
+        if gradient is None:
+            if not (data.is_floating_point() or data.is_complex()):
+                raise RuntimeError("backward: a MaskedBatch of integers has no gradient")
+            g = torch.ones_like(data) if self._mask is None else self._mask.expand(data.shape).to(data.dtype)
+        else:
+            if isinstance(gradient, MaskedBatch):
+                mask = gradient._mask if self._mask is None else (
+                    self._mask if gradient._mask is None else self._mask & gradient._mask)
+                gradient = gradient.data
+            else:
+                mask = self._mask
+            g = torch.as_tensor(gradient, dtype=data.dtype, device=data.device).expand(data.shape)
+            if mask is not None:
+                g = torch.where(mask, g, torch.zeros((), dtype=data.dtype, device=data.device))
+        torch.autograd.backward(data, g, retain_graph=retain_graph, create_graph=create_graph,
+                                inputs=inputs)
+
     @property
     def grad(self):
         g = self.data.grad

@@ -15,11 +15,12 @@ import torch
 import torch.nn.functional as F
 
 from examples.transformer import Transformer
-from matchbox import MaskedBatch
+from matchbox import MaskedBatch, example_sum
 
 
 def _loss(model, src, tgt_in, tgt_out):
-    return F.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out, reduction="sum")
+    """Each pair's summed token loss, summed over the pairs (in the graph)."""
+    return example_sum(F.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out, reduction="sum"))
 
 
 def _pairs(lengths, vocab, seed):

@@ -11,7 +11,7 @@ import matchbox.functional as F
 from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.bilstm_tagger import Grammar, Tagger, run_backward, run_forward
-from matchbox import MaskedBatch, batch
+from matchbox import MaskedBatch, batch, example_sum
 
 NAME = "bilstm"
 TRAINS = True
@@ -49,7 +49,8 @@ COMPACTED = tuple(batch(f.__wrapped__, compact=1.0) for f in (run_forward, run_b
 
 
 def compacted_loss(model, words, tags):
-    """``Tagger.loss(words, tags, reduction="sum")`` with COMPACTED loops."""
+    """``Tagger.loss(words, tags, reduction="sum")`` with COMPACTED loops
+    (one value per sentence)."""
     xs = model.embed(words)
     for fwd, bwd in zip(model.bilstm.fwd, model.bilstm.bwd):
         xs = F.cat([COMPACTED[0](fwd, xs), COMPACTED[1](bwd, xs)], 2)
@@ -106,7 +107,7 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
     mb_words = MaskedBatch.fromlist([w for w, _ in examples], dims=(True,))
     mb_tags = MaskedBatch.fromlist([t for _, t in examples], dims=(True,))
     def matchbox():
-        return mb.loss(mb_words, mb_tags, reduction="sum")
+        return example_sum(mb.loss(mb_words, mb_tags, reduction="sum"))
 
     hand = fresh(model)
     p_words, p_tags = mb_words.to_padded(), mb_tags.to_padded()
@@ -116,11 +117,11 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
 
     compact = fresh(model)
     def matchbox_compact():
-        return compacted_loss(compact, mb_words, mb_tags)
+        return example_sum(compacted_loss(compact, mb_words, mb_tags))
 
     whole = WholeTagger(fresh(model)).to(device)
     def matchbox_whole():
-        return whole.loss(mb_words, mb_tags)
+        return example_sum(whole.loss(mb_words, mb_tags))
 
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
             "matchbox": Variant(matchbox, mb),

@@ -9,7 +9,7 @@ import torch.nn.functional as TF
 from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.n_expansions import Config, NExpansions
-from matchbox import MaskedBatch
+from matchbox import MaskedBatch, example_sum
 from matchbox import batch as matchbox_batch
 
 NAME = "n_expansions"
@@ -63,20 +63,21 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
 
     mb = fresh(model)
     mb_nodes = MaskedBatch.fromlist(nodes, dims=(True, False))
-    mb_target = torch.cat(targets)
+    mb_target = MaskedBatch.fromlist(targets, dims=(False,))
     def matchbox():
-        return TF.mse_loss(mb(mb_nodes)[0], mb_target, reduction="sum")
+        return example_sum(TF.mse_loss(mb(mb_nodes)[0], mb_target, reduction="sum"))
 
     hand = fresh(model)
     padded, k = mb_nodes.to_padded(), torch.tensor(ks, device=device)
+    target = torch.cat(targets)
     def hand_written():
-        return TF.mse_loss(hand_forward(hand, padded, k), mb_target, reduction="sum")
+        return TF.mse_loss(hand_forward(hand, padded, k), target, reduction="sum")
 
     compact = fresh(model)  # the same loop under @batch(compact=0.5)
     compact.n_expansions = types.MethodType(
         matchbox_batch(NExpansions.n_expansions.__wrapped__, compact=0.5), compact)
     def matchbox_compact():
-        return TF.mse_loss(compact(mb_nodes)[0], mb_target, reduction="sum")
+        return example_sum(TF.mse_loss(compact(mb_nodes)[0], mb_target, reduction="sum"))
 
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
             "matchbox": Variant(matchbox, mb), "matchbox_compact": Variant(matchbox_compact, compact)}

@@ -38,7 +38,7 @@ import torch.nn.functional as TF
 from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.transformer import BOS, EOS, FIRST, Transformer, token_losses
-from matchbox import MaskedBatch
+from matchbox import MaskedBatch, example_sum
 
 NAME = "transformer"
 TRAINS = True
@@ -135,8 +135,9 @@ def make_pairs(batch_size, device, seed, max_len=None):
 
 
 def matchbox_loss(model, src, tgt_in, tgt_out):
-    """The example-level loss, run by matchbox on MaskedBatch inputs."""
-    return TF.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out, reduction="sum")
+    """The example-level loss, run by matchbox on MaskedBatch inputs: each
+    pair's summed token cross entropy, summed over the pairs."""
+    return example_sum(TF.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out, reduction="sum"))
 
 
 def build(batch_size=64, device="cpu", size="small", seed=0, max_len=None, compiled=True):

@@ -36,7 +36,7 @@ import torch.nn.functional as TF
 from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.tree_lstm import TreeLSTM, make_batch, random_tree
-from matchbox import batch
+from matchbox import batch, example_sum
 
 NAME = "treelstm"
 TRAINS = True
@@ -116,12 +116,12 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
     mb = fresh(model)
     batch = make_batch(trees)
     def matchbox():
-        return mb(*batch)[0].data.sum()
+        return example_sum(mb(*batch)[0])
 
     merged = fresh(model)
     merged.encode = types.MethodType(MERGED_ENCODE, merged)
     def matchbox_merged():
-        return merged(*batch)[0].data.sum()
+        return example_sum(merged(*batch)[0])
 
     hand = fresh(model)
     plan = schedule(trees, device)

@@ -14,14 +14,22 @@ Layouts follow torch for one example (which has its leading 1):
 - elementwise losses: input and target broadcast as in pointwise ops.
 
 ``reduction='none'`` returns a MaskedBatch (one loss per example and
-position).  ``'mean'`` and ``'sum'`` return a plain scalar Tensor computed
-over real entries only, equal to the same statistic over the concatenated
-examples (e.g. the mean over all real tokens of all examples; with
-``weight``, torch's weighted mean over all real entries).  Non-real entries
-(padding, dormant lanes) contribute exactly zero to values and gradients:
-on CPU the class losses gather the real positions and never read the rest
-(see ``gathers_rows``); otherwise, and for the other losses, non-real
-entries get an ignored target or a safe value via ``where``.
+position).  ``'mean'``, ``'sum'`` (and kl_div's ``'batchmean'``) reduce
+**per example**, as the same call on that example alone does (SPEC section
+1): the result is a MaskedBatch of per-example scalars (data ``(B,)``, dims
+``()``, masked like a full reduction ``x.sum()``), each example's ``'mean'``
+dividing by its own count of real entries (class losses with ``weight`` /
+``ignore_index``: by its own sum of the weights of its non-ignored targets).
+Combining examples is the caller's step, outside the per-example code:
+``loss.backward()`` backpropagates the sum over examples, and
+:func:`example_sum`, :func:`example_mean` and :func:`token_mean` give the
+usual batch objectives as scalar Tensors.
+
+Non-real entries (padding, dormant lanes) contribute exactly zero to values
+and gradients: on CPU the class losses gather the real positions and never
+read the rest (see ``gathers_rows``); otherwise, and for the other losses,
+non-real entries get an ignored target or a safe value via ``where``.  An
+example with no real entry (a dormant lane) gets 0 for ``'mean'``, not 0/0.
 """
 import sys
 
@@ -35,7 +43,8 @@ from ._registry import (align, canon_mask, fail_if, is_mb, keep, new, register,
                         scatter_rows, true_rows, with_lanes)
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
-           "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"]
+           "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
+           "example_sum", "example_mean", "token_mean"]
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -54,6 +63,41 @@ def _no_mb(opname, **kwargs):
         if is_mb(v):
             raise NotImplementedError(
                 f"{opname}: a MaskedBatch as {name} is not supported (give a plain Tensor)")
+
+
+def _per_example(loss, real, pos, reduction, denom=None):
+    """One value per example from the unreduced ``loss`` ``(B, ...)``, which
+    must be 0 at every non-real entry: the example's sum (``'sum'``), or that
+    sum over ``denom`` (``(B,)``; by default the example's count of real
+    entries) for ``'mean'``.  ``real``: the real entries, lanes included
+    (None: all); ``pos``: the real positions without lanes, which give the
+    result's mask as for a full reduction.  An example with no real entry
+    (a dormant lane, a loop step it lacks) divides by 1, so neither its value
+    nor the gradient that reaches it is 0/0."""
+    B = loss.size(0)
+    total = loss.reshape(B, -1).sum(1)
+    mask = None if pos is None else pos.expand(loss.shape).reshape(B, -1).any(1)
+    if reduction == "sum":
+        return new(total, mask, ())
+    r = None if real is None else real.expand(loss.shape).reshape(B, -1)
+    if denom is None:
+        denom = loss[0].numel() if r is None else r.sum(1).to(total.dtype)
+    if r is not None:
+        denom = torch.where(r.any(1), denom, torch.ones((), dtype=total.dtype, device=total.device))
+    return new(total / denom, mask, ())
+
+
+def _class_weights(td, real, weight, ignore_index, dtype):
+    """Per position, the weight torch's class-index ``'mean'`` divides by:
+    ``weight[target]`` (1 without ``weight``), 0 at ignored targets and at
+    non-real positions."""
+    valid = td != ignore_index
+    if real is not None:
+        valid = valid & real
+    if weight is None:
+        return valid.to(dtype)
+    w = weight.to(dtype)[td.clamp(0, weight.numel() - 1)]
+    return torch.where(valid, w, torch.zeros((), dtype=dtype, device=w.device))
 
 
 # ------------------------------------------------------------------ class losses
@@ -145,11 +189,7 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
             return new(loss, canon_mask(pos, loss.shape, out_dims), out_dims)
         if real is not None:
             loss = keep(real, loss, 0)
-        total = loss.sum()
-        if reduction == "sum":
-            return total
-        count = loss.numel() if real is None else real.expand(loss.shape).sum()
-        return total / count
+        return _per_example(loss, real, pos, reduction)  # 'mean': over positions
 
     if t.data.dim() != x.data.dim() - 1:
         raise ValueError(
@@ -170,10 +210,21 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
         if not (x.mb is not None and x.mb._zero and active_lanes() is None):
             xd = keep(real.unsqueeze(1), xd, 0)  # (else its padding is 0 already)
         td = torch.where(real, td, torch.full((), ignore_index, dtype=td.dtype, device=td.device))
-    out = fn(xd, td, weight, ignore_index=ignore_index, reduction=reduction, **extra)
+    out = fn(xd, td, weight, ignore_index=ignore_index, reduction="none", **extra)
     if reduction != "none":
-        return out
+        return _class_reduce(out, td, real, pos, reduction, weight, ignore_index)
     return new(out, canon_mask(pos, out.shape, out_dims), out_dims)
+
+
+def _class_reduce(loss, td, real, pos, reduction, weight, ignore_index):
+    """Per-example ``'sum'``/``'mean'`` of the unreduced class-index
+    ``loss`` (0 at ignored and non-real positions): torch's ``'mean'``
+    divides the sum by the summed weights of the non-ignored targets."""
+    denom = None
+    if reduction == "mean":
+        w = _class_weights(td, real, weight, ignore_index, loss.dtype)
+        denom = w.reshape(w.size(0), -1).sum(1)
+    return _per_example(loss, real, pos, reduction, denom)
 
 
 def _on_real_positions(fn, xd, td, real, pos, out_dims, reduction, **kwargs):
@@ -181,14 +232,16 @@ def _on_real_positions(fn, xd, td, real, pos, out_dims, reduction, **kwargs):
     (the input's dim 1) gathered into ``(n, C)`` rows, their targets into
     ``(n,)``.  Padding is never read (so never costs compute and gets zero
     gradient), and the rows' log-softmax runs on contiguous memory, where the
-    padded ``(B, C, n)`` layout would first be copied.  'none' puts the
-    losses back at their positions, 0 elsewhere."""
+    padded ``(B, C, n)`` layout would first be copied.  The losses go back
+    to their positions, 0 elsewhere, for 'none' and the per-example
+    reductions alike."""
     rows = true_rows(real, td.shape)
     classes = xd.movedim(1, -1).reshape(-1, xd.size(1)).index_select(0, rows)
-    out = fn(classes, td.reshape(-1).index_select(0, rows), reduction=reduction, **kwargs)
-    if reduction != "none":
-        return out
+    out = fn(classes, td.reshape(-1).index_select(0, rows), reduction="none", **kwargs)
     out = scatter_rows(out, rows, td.numel()).view(td.shape)
+    if reduction != "none":
+        return _class_reduce(out, td, real, pos, reduction, kwargs.get("weight"),
+                             kwargs["ignore_index"])
     return new(out, canon_mask(pos, out.shape, out_dims), out_dims)
 
 
@@ -202,7 +255,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """``F.cross_entropy`` with the class dimension at dimension 1 (per
     example ``(1, C)`` / ``(1, C, n, ...)``); target class indices
     ``(1,)`` / ``(1, n, ...)`` or probabilities shaped like the input.
-    ``'mean'``/``'sum'`` reduce over the real entries of all examples."""
+    ``'mean'``/``'sum'`` give one value per example (see the module doc)."""
     reduction = _reduction(reduction, size_average, reduce, "cross_entropy")
     return _class_loss("cross_entropy", F.cross_entropy, input, target, weight, ignore_index,
                        reduction, label_smoothing=label_smoothing)
@@ -222,14 +275,14 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
 
 # ------------------------------------------------------------------ elementwise losses
 def _elementwise(opname, fn, operands, reduction, safe=(0.0, 0.0), weighted_mean_by=None,
-                 extra_reduce=None, always_safe=False):
+                 always_safe=False):
     """``fn(*datas)`` gives the unreduced loss of the aligned ``operands``
     (input, target[, weight]).  ``safe`` gives the values non-real entries
     of input and target take before a batch reduction (and, for ops whose
     derivative is not finite everywhere, before any computation).
     ``weighted_mean_by``: index of an operand whose real sum divides the
     total for ``'mean'`` (torch's weighted mse/l1), else the count of real
-    entries.  ``extra_reduce``: {name: divisor(B)} for extra reductions."""
+    entries; both per example."""
     ops = [o for o in operands if o is not None]
     datas, mask, dims = align(ops, opname)
     shape = torch.broadcast_shapes(*[d.shape for d in datas if isinstance(d, torch.Tensor)])
@@ -248,19 +301,15 @@ def _elementwise(opname, fn, operands, reduction, safe=(0.0, 0.0), weighted_mean
         return new(loss, mask, dims)
     if real is not None:
         loss = keep(real, loss, 0)
-    total = loss.sum()
-    if reduction == "sum":
-        return total
-    if extra_reduce and reduction in extra_reduce:
-        return total / extra_reduce[reduction](shape[0])
-    if weighted_mean_by is not None:
-        w = datas[weighted_mean_by]
-        w = w.expand(shape)
+    if reduction == "batchmean":  # divides by the example's leading size, 1
+        reduction = "sum"
+    denom = None
+    if reduction == "mean" and weighted_mean_by is not None:
+        w = datas[weighted_mean_by].expand(shape)
         if real is not None:
             w = torch.where(real, w, torch.zeros((), dtype=w.dtype, device=w.device))
-        return total / w.sum()
-    count = loss.numel() if real is None else real.expand(shape).sum()
-    return total / count
+        denom = w.reshape(shape[0], -1).sum(1)
+    return _per_example(loss, real, mask, reduction, denom)
 
 
 def _check_weight_like_input(opname, input, weight):
@@ -286,8 +335,8 @@ def _weighted_pointwise(opname, base):
                             (input, target, weight), reduction, safe=(0.0, 0.0, 0.0),
                             weighted_mean_by=2)
     rule.__name__ = opname
-    rule.__doc__ = (f"``F.{opname}``; ``'mean'``/``'sum'`` reduce over the real entries of all "
-                    f"examples (weighted: sum(w*err)/sum(w) over real entries).")
+    rule.__doc__ = (f"``F.{opname}``; ``'mean'``/``'sum'`` reduce over each example's real "
+                    f"entries (weighted: sum(w*err)/sum(w) over them).")
     return rule
 
 
@@ -371,10 +420,64 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 
 @register(F.kl_div)
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
-    """``F.kl_div``; ``'batchmean'`` divides the real sum by the number of
-    examples (the concatenated batch size)."""
+    """``F.kl_div``; per example ``'batchmean'`` divides the real sum by the
+    example's leading size, 1: it is the example's sum."""
     reduction = _reduction(reduction, size_average, reduce, "kl_div", extra=("batchmean",))
     return _elementwise("kl_div",
                         lambda a, b: F.kl_div(a, b, reduction="none", log_target=log_target),
-                        (input, target), reduction, safe=(0.0, 0.0 if log_target else 1.0),
-                        extra_reduce={"batchmean": lambda B: B})
+                        (input, target), reduction, safe=(0.0, 0.0 if log_target else 1.0))
+
+
+# ------------------------------------------------------------------ combining examples
+# Batch objectives: called on what the per-example code returns, outside it.
+def _real_sum(loss, opname):
+    """(sum of the real entries of all examples, number of real entries,
+    number of examples) of a MaskedBatch, or of a plain Tensor whose dim 0
+    indexes examples (a 0-dim Tensor is one example)."""
+    if is_mb(loss):
+        data = loss.data
+        if loss._mask is None:
+            return data.sum(), data.numel(), data.size(0)
+        m = loss._mask.expand(data.shape)
+        return keep(m, data, 0).sum(), m.sum().to(data.dtype), data.size(0)
+    if isinstance(loss, torch.Tensor):
+        return loss.sum(), loss.numel(), 1 if loss.dim() == 0 else loss.size(0)
+    raise TypeError(f"{opname}: expected a MaskedBatch or Tensor of losses, got {type(loss).__name__}")
+
+
+def example_sum(loss):
+    """The sum over examples of each example's loss (of its real entries, if
+    the loss has per-example dims): the scalar that ``loss.backward()``
+    backpropagates, and what a loop over single examples accumulates.
+    ``loss`` is what the per-example code returns on a batch (a MaskedBatch),
+    or a plain Tensor whose dim 0 indexes examples."""
+    return _real_sum(loss, "example_sum")[0]
+
+
+def example_mean(loss):
+    """The mean over examples of each example's loss: ``example_sum(loss)``
+    divided by the number of examples (the batch size), as ``'mean'`` over a
+    batch of fixed-size examples means.  Give it per-example scalars (e.g.
+    each example's ``reduction='mean'`` loss) for the mean of the
+    examples' means."""
+    total, _, n = _real_sum(loss, "example_mean")
+    return total / n
+
+
+def token_mean(loss, counts=None):
+    """The mean over all real tokens of the batch: the total loss over the
+    real entries of all examples divided by their number, which is what
+    hand-written padded code usually computes (``loss.masked_fill(pad,
+    0).sum() / real.sum()``).
+
+    ``loss`` is either the per-token losses (e.g. ``reduction='none'``; each
+    real entry is one token), or, with ``counts``, per-example sums (e.g. a
+    step loop that adds ``reduction='sum'`` losses): then the total is
+    divided by the sum of ``counts``, the number of tokens of each example
+    (a MaskedBatch such as ``x.size_as_tensor(1)``, a Tensor or a number)."""
+    total, n, _ = _real_sum(loss, "token_mean")
+    if counts is not None:
+        n = counts if isinstance(counts, (int, float)) else _real_sum(counts, "token_mean")[0]
+        if isinstance(n, torch.Tensor):
+            n = n.to(total.dtype)
+    return total / n

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import matchbox
 from examples import bilstm_tagger as ex
 from matchbox import MaskedBatch
 from matchbox.test_utils import mb_test
@@ -42,7 +43,10 @@ def test_mean_loss_is_the_mean_over_all_words():
     words, tags = sentences("mixed", 4, grammar)
     per_word = torch.cat([model.loss(w, t, reduction="none").reshape(-1)
                           for w, t in zip(words.examples(), tags.examples())])
-    torch.testing.assert_close(model.loss(words, tags), per_word.mean())
+    torch.testing.assert_close(matchbox.token_mean(model.loss(words, tags, reduction="none")),
+                               per_word.mean())
+    per_sentence = [model.loss(w, t) for w, t in zip(words.examples(), tags.examples())]
+    torch.testing.assert_close(model.loss(words, tags).data, torch.stack(per_sentence))
 
 
 def test_cell_loops_equal_torch_bidirectional_lstm():

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch
 from matchbox.test_utils import mb_test
@@ -35,7 +36,7 @@ def test_padded_and_matchbox_versions_agree():
     loss_p = F.cross_entropy(padded(tokens, lengths), labels)
     mtokens, mlabels = porting.batch_masked(examples)
     assert torch.equal(mtokens.to_padded(), tokens) and torch.equal(mlabels, labels)
-    loss_m = F.cross_entropy(masked(mtokens), mlabels)
+    loss_m = matchbox.example_mean(F.cross_entropy(masked(mtokens), mlabels))
     torch.testing.assert_close(loss_m, loss_p)
     loss_p.backward()
     loss_m.backward()

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import matchbox
 from examples import transformer as ex
 from matchbox.test_utils import mb_test
 
@@ -50,10 +51,13 @@ def test_batch_loss_is_mean_over_all_target_tokens():
     model = small_model()
     pairs = pairs_for("mixed", 4)
     src, tgt_in, tgt_out = ex.make_batch(pairs)
-    loss = torch.nn.functional.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out)
+    loss = matchbox.token_mean(ex.token_losses(model, src, tgt_in, tgt_out))
     each = [ex.token_losses(model, *(b.examples()[j] for b in (src, tgt_in, tgt_out)))
             for j in range(len(pairs))]
     assert loss.item() == pytest.approx(torch.cat(each, 1).mean().item(), rel=1e-10)
+    # a default (mean) cross entropy is each pair's own mean
+    per_pair = torch.nn.functional.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out)
+    torch.testing.assert_close(per_pair.data, torch.stack([e.mean() for e in each]))
 
 
 def test_decoder_is_causal():

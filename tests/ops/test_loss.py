@@ -1,10 +1,14 @@
-"""Losses: reduction='none' per example via mb_test; 'mean'/'sum' against the
-same loss over the concatenated examples (values and gradients)."""
+"""Losses: every reduction per example via mb_test (values and gradients):
+'none' one loss per position, 'mean'/'sum' (and kl_div's 'batchmean') one
+value per example, as the same call on that example alone.  The batch
+objectives (example_sum, example_mean, token_mean, MaskedBatch.backward)
+against the hand-written padded formulas.  Losses accumulated in @batch
+step loops: tests/ops/test_loss_loops.py."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from matchbox import MaskedBatch
+from matchbox import MaskedBatch, example_mean, example_sum, token_mean
 from matchbox._lanes import lanes
 from matchbox.test_utils import mb_test
 
@@ -46,26 +50,15 @@ def _flat_logits(x):
     return x.movedim(1, -1).reshape(-1, x.size(1))
 
 
-def _check_against_concat(batched_fn, concat_fn, args, dims):
-    """``args``: list (one per argument) of per-example tensor lists.
-    ``batched_fn`` gets MaskedBatches, ``concat_fn`` the per-example lists;
-    compares values and gradients of every float argument."""
-    leaves_b = [[a.detach().clone().requires_grad_(a.is_floating_point()) for a in arg] for arg in args]
-    leaves_c = [[a.detach().clone().requires_grad_(a.is_floating_point()) for a in arg] for arg in args]
-    batches = [MaskedBatch.fromlist(lv, d) for lv, d in zip(leaves_b, dims)]
-    got = batched_fn(*batches)
-    want = concat_fn(*leaves_c)
-    assert isinstance(got, torch.Tensor) and got.dim() == 0, type(got)
-    torch.testing.assert_close(got, want)
-    if got.requires_grad:
-        got.backward()
-        want.backward()
-        for lb, lc in zip(leaves_b, leaves_c):
-            for j, (b, c) in enumerate(zip(lb, lc)):
-                if c.requires_grad:
-                    assert b.grad is not None, f"no gradient for example {j}"
-                    torch.testing.assert_close(b.grad, c.grad)
-    return got
+def _check_reduced(fn, args, dims, reduction):
+    """``fn`` with ``reduction`` on MaskedBatches of the per-example tensor
+    lists ``args`` equals it on each example alone (values and gradients);
+    'mean'/'sum'/'batchmean' give one 0-dim value per example."""
+    out = mb_test(fn, *[MaskedBatch.fromlist(a, d) for a, d in zip(args, dims)], dtype=DT)
+    if reduction != "none":
+        assert isinstance(out, MaskedBatch) and out.dims == () and out.data.shape == (len(args[0]),)
+        assert all(fn(*ex).dim() == 0 for ex in zip(*args))
+    return out
 
 
 CE_OPTIONS = {
@@ -101,15 +94,11 @@ def test_cross_entropy_none(lengths, layout, option):
 @pytest.mark.parametrize("option", CE_OPTIONS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("lengths", LENGTHS)
-def test_cross_entropy_reduced_equals_concat(lengths, layout, option, reduction):
+def test_cross_entropy_reduced_per_example(lengths, layout, option, reduction):
     opts = CE_OPTIONS[option]
     xs, xd, ts, td = _class_examples(layout, LENGTHS[lengths], ignore_index=_ignore_of(opts))
-    _check_against_concat(
-        lambda x, t: F.cross_entropy(x, t, reduction=reduction, **opts),
-        lambda xs, ts: F.cross_entropy(torch.cat([_flat_logits(x) for x in xs]),
-                                       torch.cat([t.reshape(-1) for t in ts]),
-                                       reduction=reduction, **opts),
-        [xs, ts], [xd, td])
+    _check_reduced(lambda x, t: F.cross_entropy(x, t, reduction=reduction, **opts),
+                   [xs, ts], [xd, td], reduction)
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
@@ -118,24 +107,15 @@ def test_cross_entropy_reduced_equals_concat(lengths, layout, option, reduction)
 def test_cross_entropy_probability_targets(lengths, option, reduction):
     opts = {k: v for k, v in CE_OPTIONS[option].items() if k != "ignore_index"}
     xs, xd, ps, pd = _class_examples("seq", LENGTHS[lengths], probs=True)
-    if reduction == "none":
-        mb_test(lambda x, p: F.cross_entropy(x, p, reduction="none", **opts),
-                MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ps, pd), dtype=DT)
-        return
-    _check_against_concat(
-        lambda x, p: F.cross_entropy(x, p, reduction=reduction, **opts),
-        lambda xs, ps: F.cross_entropy(torch.cat([_flat_logits(x) for x in xs]),
-                                       torch.cat([_flat_logits(p) for p in ps]),
-                                       reduction=reduction, **opts),
-        [xs, ps], [xd, pd])
+    _check_reduced(lambda x, p: F.cross_entropy(x, p, reduction=reduction, **opts),
+                   [xs, ps], [xd, pd], reduction)
 
 
-def test_cross_entropy_default_is_mean_scalar():
+def test_cross_entropy_default_is_each_examples_mean():
     xs, xd, ts, td = _class_examples("seq", [2, 5, 1])
     out = F.cross_entropy(MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td))
-    assert isinstance(out, torch.Tensor) and out.dim() == 0
-    want = F.cross_entropy(torch.cat([_flat_logits(x) for x in xs]), torch.cat([t.view(-1) for t in ts]))
-    torch.testing.assert_close(out, want)
+    assert isinstance(out, MaskedBatch) and out.dims == ()
+    torch.testing.assert_close(out.data, torch.stack([F.cross_entropy(x, t) for x, t in zip(xs, ts)]))
 
 
 @pytest.mark.usefixtures("row_strategy")
@@ -144,7 +124,8 @@ def test_cross_entropy_plain_target_tensor():
     xs, xd, ts, td = _class_examples("class", [1, 1, 1, 1])
     xb = MaskedBatch.fromlist(xs, xd)
     t = torch.cat(ts)
-    torch.testing.assert_close(F.cross_entropy(xb, t), F.cross_entropy(torch.cat(xs), t))
+    torch.testing.assert_close(F.cross_entropy(xb, t).data,
+                               F.cross_entropy(torch.cat(xs), t, reduction="none"))
     out = F.cross_entropy(xb, t, reduction="none")
     torch.testing.assert_close(torch.cat(out.examples()), F.cross_entropy(torch.cat(xs), t, reduction="none"))
 
@@ -152,9 +133,8 @@ def test_cross_entropy_plain_target_tensor():
 def test_cross_entropy_legacy_size_average():
     xs, xd, ts, td = _class_examples("seq", [2, 3])
     out = F.cross_entropy(MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td), size_average=False)
-    want = F.cross_entropy(torch.cat([_flat_logits(x) for x in xs]), torch.cat([t.view(-1) for t in ts]),
-                           reduction="sum")
-    torch.testing.assert_close(out, want)
+    want = [F.cross_entropy(x, t, reduction="sum") for x, t in zip(xs, ts)]
+    torch.testing.assert_close(out.data, torch.stack(want))
 
 
 @pytest.mark.usefixtures("row_strategy")
@@ -171,9 +151,8 @@ def test_cross_entropy_nan_padding_and_garbage_targets():
     t = MaskedBatch(tdata, tb.mask, td)
     for reduction in ("mean", "sum"):
         loss = F.cross_entropy(x, t, reduction=reduction, label_smoothing=0.1)
-        want = F.cross_entropy(torch.cat([_flat_logits(e) for e in xs]), torch.cat([e.view(-1) for e in ts]),
-                               reduction=reduction, label_smoothing=0.1)
-        torch.testing.assert_close(loss, want)
+        want = [F.cross_entropy(e, f, reduction=reduction, label_smoothing=0.1) for e, f in zip(xs, ts)]
+        torch.testing.assert_close(loss.data, torch.stack(want))
         x.data.grad = None
         loss.backward()
         g = x.data.grad
@@ -189,10 +168,14 @@ def test_cross_entropy_dormant_lanes_excluded():
     xs, xd, ts, td = _class_examples("class", [1, 1, 1])
     xb, tb = MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td)
     tb.data[1] = 99  # dormant lane: garbage must not raise
+    xb.data.requires_grad_()
     with lanes(torch.tensor([True, False, True])):
         loss = F.cross_entropy(xb, tb)
-    want = F.cross_entropy(torch.cat([xs[0], xs[2]]), torch.cat([ts[0], ts[2]]))
-    torch.testing.assert_close(loss, want)
+    want = [F.cross_entropy(xs[j], ts[j]) for j in (0, 2)]
+    torch.testing.assert_close(loss.data[[0, 2]], torch.stack(want))
+    assert torch.isfinite(loss.data).all()
+    loss.backward()
+    assert (xb.data.grad[1] == 0).all()  # a dormant lane gets no gradient
 
 
 def test_cross_entropy_errors():
@@ -230,12 +213,8 @@ def test_nll_loss(lengths, layout, option):
                   MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td), dtype=DT)
     assert out.dims == td
     for reduction in ("mean", "sum"):
-        _check_against_concat(
-            lambda x, t: F.nll_loss(x, t, reduction=reduction, **opts),
-            lambda xs, ts: F.nll_loss(torch.cat([_flat_logits(x) for x in xs]),
-                                      torch.cat([t.reshape(-1) for t in ts]),
-                                      reduction=reduction, **opts),
-            [xs, ts], [xd, td])
+        _check_reduced(lambda x, t: F.nll_loss(x, t, reduction=reduction, **opts),
+                       [xs, ts], [xd, td], reduction)
 
 
 # ------------------------------------------------------------------ elementwise losses
@@ -298,24 +277,19 @@ def test_elementwise_none(name, spec, lengths):
 @pytest.mark.parametrize("lengths", LENGTHS)
 @pytest.mark.parametrize("spec", EW_SPECS)
 @pytest.mark.parametrize("name", ELEMENTWISE)
-def test_elementwise_reduced_equals_concat(name, spec, lengths, reduction):
+def test_elementwise_reduced_per_example(name, spec, lengths, reduction):
     f = ELEMENTWISE[name]
     xs, ts, dims = _ew_examples(EW_SPECS[spec], lengths)
-    # flatten to (1, N, 3): the last (static) dim keeps pos_weight broadcasting right
-    _check_against_concat(
-        lambda x, t: f(x, t, reduction),
-        lambda xs, ts: f(torch.cat([x.reshape(-1, 3) for x in xs]),
-                         torch.cat([t.reshape(-1, 3) for t in ts]), reduction),
-        [xs, ts], [dims, dims])
+    _check_reduced(lambda x, t: f(x, t, reduction), [xs, ts], [dims, dims], reduction)
 
 
+@pytest.mark.parametrize("log_target", [False, True])
 @pytest.mark.parametrize("lengths", LENGTHS)
-def test_kl_div_batchmean(lengths):
+def test_kl_div_batchmean(lengths, log_target):
     xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], lengths)
-    _check_against_concat(
-        lambda x, t: F.kl_div(x, t, reduction="batchmean", log_target=True),
-        lambda xs, ts: sum(F.kl_div(x, t, reduction="sum", log_target=True) for x, t in zip(xs, ts)) / len(xs),
-        [xs, ts], [dims, dims])
+    ts = ts if log_target else [t.abs() + 0.1 for t in ts]
+    _check_reduced(lambda x, t: F.kl_div(x, t, reduction="batchmean", log_target=log_target),
+                   [xs, ts], [dims, dims], "batchmean")
 
 
 @pytest.mark.parametrize("name", ["mse", "l1", "huber"])
@@ -327,22 +301,16 @@ def test_weighted_elementwise(name, lengths):
     mb_test(lambda x, t, w: fn(x, t, reduction="none", weight=w), MaskedBatch.fromlist(xs, dims),
             MaskedBatch.fromlist(ts, dims), MaskedBatch.fromlist(ws, dims), dtype=DT)
     for reduction in ("mean", "sum"):
-        _check_against_concat(
-            lambda x, t, w: fn(x, t, reduction=reduction, weight=w),
-            lambda xs, ts, ws: fn(torch.cat([x.reshape(-1) for x in xs]), torch.cat([t.reshape(-1) for t in ts]),
-                                  reduction=reduction, weight=torch.cat([w.reshape(-1) for w in ws])),
-            [xs, ts, ws], [dims, dims, dims])
+        _check_reduced(lambda x, t, w: fn(x, t, reduction=reduction, weight=w),
+                       [xs, ts, ws], [dims, dims, dims], reduction)
 
 
 def test_bce_with_weight_tensor():
     xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], "mixed")
     ts = [t.abs().clamp(max=1) for t in ts]
     w = torch.tensor([0.5, 1.0, 2.0], dtype=DT)
-    _check_against_concat(
-        lambda x, t: F.binary_cross_entropy_with_logits(x, t, weight=w),
-        lambda xs, ts: F.binary_cross_entropy_with_logits(torch.cat([x.reshape(-1, 3) for x in xs]),
-                                                          torch.cat([t.reshape(-1, 3) for t in ts]), weight=w),
-        [xs, ts], [dims, dims])
+    _check_reduced(lambda x, t: F.binary_cross_entropy_with_logits(x, t, weight=w),
+                   [xs, ts], [dims, dims], "mean")
 
 
 def test_mse_nan_padding():
@@ -357,7 +325,7 @@ def test_mse_nan_padding():
     for fn in (F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.binary_cross_entropy_with_logits):
         tt = t if fn is not F.binary_cross_entropy_with_logits else MaskedBatch(tdata.abs().clamp(max=1), tb.mask, dims)
         loss = fn(x, tt)
-        assert torch.isfinite(loss)
+        assert torch.isfinite(loss.data).all()
         x.data.grad = None
         loss.backward()
         assert torch.isfinite(x.data.grad).all()
@@ -383,3 +351,97 @@ def test_elementwise_errors():
         F.mse_loss(xb, tb, reduction="batchmean")
     with pytest.raises(ValueError, match="weight"):
         F.mse_loss(xb, tb, weight=torch.ones(1, 5, 3))
+
+
+# ------------------------------------------------------------------ combining examples
+def _seq_batch(lengths=(1, 4, 2, 3), seed=0):
+    xs, xd, ts, td = _class_examples("seq", list(lengths), seed=seed)
+    leaves = [x.clone().requires_grad_() for x in xs]
+    return leaves, MaskedBatch.fromlist(leaves, xd), ts, MaskedBatch.fromlist(ts, td)
+
+
+def _padded_reference(xs, ts):
+    """What hand-written padded code computes: per-token losses (B, T) and
+    the real mask."""
+    T = max(t.size(1) for t in ts)
+    logits = torch.cat([F.pad(x, (0, T - x.size(2))) for x in xs])
+    tags = torch.cat([F.pad(t, (0, T - t.size(1))) for t in ts])
+    real = torch.arange(T)[None] < torch.tensor([t.size(1) for t in ts])[:, None]
+    return F.cross_entropy(logits, tags, reduction="none"), real
+
+
+def _grads_equal(fn_batched, fn_ref, lengths=(1, 4, 2, 3)):
+    xs, xb, ts, tb = _seq_batch(lengths)
+    ref = [x.detach().clone().requires_grad_() for x in xs]
+    got, want = fn_batched(xb, tb), fn_ref(ref, ts)
+    assert isinstance(got, torch.Tensor) and got.dim() == 0
+    torch.testing.assert_close(got, want)
+    got.backward()
+    want.backward()
+    for a, b in zip(xs, ref):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("lengths", [(1, 4, 2, 3), (3, 3, 3), (1,)])
+def test_backward_sums_over_examples(lengths):
+    """loss.backward() on per-example losses == a loop over examples that
+    calls backward() on each."""
+    for reduction in ("mean", "sum", "none"):
+        xs, xb, ts, tb = _seq_batch(lengths)
+        F.cross_entropy(xb, tb, reduction=reduction).backward()
+        ref = [x.detach().clone().requires_grad_() for x in xs]
+        for x, t in zip(ref, ts):
+            F.cross_entropy(x, t, reduction=reduction).sum().backward()
+        for a, b in zip(xs, ref):
+            torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_backward_with_gradient_argument():
+    xs, xb, ts, tb = _seq_batch()
+    loss = F.cross_entropy(xb, tb, reduction="none")
+    g = MaskedBatch.fromlist([torch.full(t.shape, float(j + 1), dtype=DT) for j, t in enumerate(ts)], (True,))
+    loss.backward(g)
+    for j, (x, t) in enumerate(zip(xs, ts)):
+        r = x.detach().clone().requires_grad_()
+        (F.cross_entropy(r, t, reduction="none") * (j + 1)).sum().backward()
+        torch.testing.assert_close(x.grad, r.grad)
+    xs, xb, ts, tb = _seq_batch()
+    F.cross_entropy(xb, tb).backward(torch.tensor(2.0, dtype=DT))  # a shared weight
+    for x, t in zip(xs, ts):
+        r = x.detach().clone().requires_grad_()
+        (2 * F.cross_entropy(r, t)).backward()
+        torch.testing.assert_close(x.grad, r.grad)
+
+
+def test_example_sum_and_mean():
+    _grads_equal(lambda x, t: example_sum(F.cross_entropy(x, t, reduction="sum")),
+                 lambda xs, ts: sum(F.cross_entropy(x, t, reduction="sum") for x, t in zip(xs, ts)))
+    _grads_equal(lambda x, t: example_mean(F.cross_entropy(x, t)),
+                 lambda xs, ts: sum(F.cross_entropy(x, t) for x, t in zip(xs, ts)) / len(xs))
+    # per-token losses: each example's real entries are summed first
+    _grads_equal(lambda x, t: example_mean(F.cross_entropy(x, t, reduction="none")),
+                 lambda xs, ts: sum(F.cross_entropy(x, t, reduction="sum") for x, t in zip(xs, ts)) / len(xs))
+
+
+def test_token_mean_is_the_hand_written_padded_mean():
+    def hand(xs, ts):
+        loss, real = _padded_reference(xs, ts)
+        return loss.masked_fill(~real, 0).sum() / real.sum()
+    _grads_equal(lambda x, t: token_mean(F.cross_entropy(x, t, reduction="none")), hand)
+    # per-example sums plus each example's number of tokens
+    _grads_equal(lambda x, t: token_mean(F.cross_entropy(x, t, reduction="sum"), t.size_as_tensor(1)), hand)
+    _grads_equal(lambda x, t: token_mean(F.cross_entropy(x, t, reduction="sum"),
+                                         torch.tensor([1, 4, 2, 3])), hand)
+
+
+def test_combining_helpers_on_one_plain_example():
+    """The same training code runs on a plain Tensor holding one example."""
+    xs, _, ts, _ = _seq_batch((3,))
+    x, t = xs[0], ts[0]
+    torch.testing.assert_close(example_sum(F.cross_entropy(x, t, reduction="sum")),
+                               F.cross_entropy(x, t, reduction="sum"))
+    torch.testing.assert_close(example_mean(F.cross_entropy(x, t)), F.cross_entropy(x, t))
+    torch.testing.assert_close(token_mean(F.cross_entropy(x, t, reduction="none")), F.cross_entropy(x, t))
+    torch.testing.assert_close(token_mean(F.cross_entropy(x, t, reduction="sum"), 3), F.cross_entropy(x, t))
+    with pytest.raises(TypeError, match="MaskedBatch or Tensor"):
+        example_mean([1.0])
