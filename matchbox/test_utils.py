@@ -102,8 +102,9 @@ def _per_example(y, B, path):
         if y.dim() == 0 or y.size(0) not in (1, B):
             raise AssertionError(
                 f"mb_test: {path} of the batched run is a plain Tensor of shape {tuple(y.shape)}, "
-                f"which has no per-example rows; batch-reduced values (a loss with "
-                f"reduction='mean') cannot be compared per example")
+                f"which has no per-example rows: a value combined over the batch (e.g. "
+                f"matchbox.example_mean(loss)) cannot be compared per example; check the "
+                f"per-example values (a loss reduces per example) and combine them outside f")
         return list(y.expand((B,) + tuple(y.shape[1:])).split(1, 0))
     return [y] * B
 
@@ -182,8 +183,11 @@ def mb_assert_allclose(ys, ybs, rtol=None, atol=None):
 
 def mb_assert(f, xsarr, xbarr, bs, rtol=None, atol=None):
     """Original-Matchbox form: ``xsarr[k][j]`` is argument k of example j,
-    ``xbarr[k]`` the batched argument k; asserts f agrees per example."""
-    ys = [f(*(xs[j] for xs in xsarr)) for j in range(bs)]
+    ``xbarr[k]`` the batched argument k; asserts f agrees per example.  An
+    ``xsarr[k]`` that is not a list (or tuple) is shared: every example
+    gets it unchanged, as in the original."""
+    ys = [f(*(xs[j] if isinstance(xs, (list, tuple)) else xs for xs in xsarr))
+          for j in range(bs)]
     ybs = f(*xbarr)
     mb_assert_allclose(ys, ybs, rtol, atol)
 

@@ -64,3 +64,28 @@ def test_tuple_outputs_and_shape_mismatch():
 def test_mb_assert_original_form():
     xs = [torch.randn(1, n) for n in (2, 3)]
     mb_assert(torch.tanh, [xs], [MaskedBatch.fromlist(xs, (True,))], 2)
+
+
+def test_mb_assert_shared_argument_is_passed_unchanged():
+    """A non-list argument is shared by every example (the original
+    Matchbox's convention), not indexed per example."""
+    xs = [torch.randn(1, n, 3) for n in (2, 4, 1)]
+    W = torch.randn(3, 5)  # indexing it per example would give a (5,) row
+    mb_assert(lambda x, w: x @ w, [xs, W], [MaskedBatch.fromlist(xs, (True, False)), W], 3)
+    mb_assert(lambda x, k: x * k, [xs, 2.0], [MaskedBatch.fromlist(xs, (True, False)), 2.0], 3)
+
+
+def test_mb_test_checks_per_example_losses():
+    """A loss reduced inside per-example code is one value per example:
+    mb_test compares each example's value and gradients."""
+    lin = nn.Linear(3, 4).double()
+    f = lambda x: nn.functional.mse_loss(lin(x), lin(x).detach() * 0.5)  # noqa: E731
+    out = mb_test(f, (3, (True, 4), (False, 3)), dtype=torch.float64)
+    assert isinstance(out, MaskedBatch) and out.dims == ()
+
+
+def test_mb_test_rejects_a_batch_combined_loss_with_advice():
+    from matchbox import example_mean
+    with pytest.raises(AssertionError, match="combined over the batch"):
+        mb_test(lambda x: example_mean(x.sum()) if isinstance(x, MaskedBatch) else x.sum(),
+                (3, (True, 4)))
