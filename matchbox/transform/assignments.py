@@ -2,6 +2,8 @@
 
     x = v          ->  x = _mb.assign(x, v)           (active lanes get v)
     x += v         ->  x = _mb.aug_assign(x, '+=', v)
+    (x := v)       ->  (x := _mb.assign(x, v))
+    d[k] = v       ->  _mb.setitem(d, k, v)           (a dict/list keeps old items)
     for x in xs    ->  for item in xs: x = _mb.assign(x, item)
     a, b = v       ->  tmp_a, tmp_b = v; a = _mb.assign(a, tmp_a); ...
     o.attr = v     ->  _mb.setattr_(o, 'attr', v)
@@ -65,7 +67,13 @@ class _Assignments(Pass):
                 temps.append(f"*{tmp}" if star else tmp)
                 stores += self._store(inner, templates.name(tmp), origin)
             return templates.replace(f"({', '.join(temps)},) = value", origin, value=value) + stores
-        # subscripts (and anything else) keep their own semantics
+        if isinstance(target, gast.Subscript) and not any(
+                isinstance(n, gast.Slice) for n in gast.walk(target.slice)):
+            # d[k] = v: a Python container keeps its old item in dormant lanes
+            return templates.replace("rt.setitem(obj, key, value)", origin, rt=rt,
+                                     obj=target.value, key=target.slice, value=value)
+        # x[:, i] = v (and anything else) keeps its own semantics: a
+        # MaskedBatch's __setitem__ honours the active lanes
         return templates.replace("x = value", origin, x=target, value=value)
 
     def visit_Assign(self, node):
@@ -78,6 +86,17 @@ class _Assignments(Pass):
         for t in node.targets:
             out += self._store(t, templates.name(tmp), node)
         return out
+
+    def visit_NamedExpr(self, node):
+        """``(x := v)`` in a region (a ``while`` test): a masked assignment too."""
+        self.generic_visit(node)
+        if not self.depth:
+            return node
+        self.assigned.add(node.target.id)
+        node.value = templates.replace_as_expression("rt.assign(x, value)", node,
+                                                     rt=self.ctx.runtime, x=node.target.id,
+                                                     value=node.value)
+        return node
 
     def visit_AnnAssign(self, node):
         if not self.depth or node.value is None:

@@ -1,7 +1,8 @@
 """Rewrite the calls whose meaning depends on the active lanes.
 
 - ``out.append(v)`` -> ``_mb.append(out, v)``: records which lanes appended,
-  so each example's list has its own length.
+  so each example's list has its own length; ``out.extend(vs)`` appends
+  each item so; ``out.insert(i, v)`` runs only where every lane is active.
 - in the iterable of a ``for``: ``range``, ``enumerate``, ``zip`` and
   ``reversed`` -> their per-lane versions in the runtime (plain builtins
   when nothing is per-example).
@@ -16,6 +17,8 @@ from . import templates
 from .analysis import local_names
 from .passes import Pass
 
+#: list methods whose effect depends on the active lanes, and their arities
+_LIST_METHODS = {"append": 1, "extend": 1, "insert": 2}
 _ITER_BUILTINS = {"range": "range_", "enumerate": "enumerate_", "zip": "zip_", "reversed": "reversed_"}
 
 
@@ -28,9 +31,11 @@ class _Calls(Pass):
         self.generic_visit(node)
         call = node.value
         if (isinstance(call, gast.Call) and isinstance(call.func, gast.Attribute)
-                and call.func.attr == "append" and len(call.args) == 1 and not call.keywords):
-            return templates.replace("rt.append(lst, value)", node, rt=self.ctx.runtime,
-                                     lst=call.func.value, value=call.args[0])
+                and not call.keywords and not any(isinstance(a, gast.Starred) for a in call.args)
+                and len(call.args) == _LIST_METHODS.get(call.func.attr)):
+            lst, call.func = call.func.value, templates.replace_as_expression(
+                f"rt.{call.func.attr}", call.func, rt=self.ctx.runtime)
+            call.args = [lst] + call.args
         return node
 
     def visit_For(self, node):

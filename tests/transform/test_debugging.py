@@ -149,3 +149,60 @@ def test_unsupported_constructs_raise_at_decoration():
     _raises(writes_global, "global/nonlocal variable 'GLOBAL_STATE'")
     _raises(matcher, "match statement")
     _raises(finally_return, "'return' inside a finally")
+
+
+GLOBAL_LIST = []
+
+
+def test_constructs_that_would_act_for_every_example_raise_at_decoration():
+    """try/except, nested functions that change the enclosing function's
+    state, and changes to a global list's contents under per-example control
+    flow would run for the whole batch: refused where they are written."""
+    def handles(x):
+        try:
+            if x.sum() > 0:
+                raise ValueError("positive")
+            y = x * 2
+        except ValueError:
+            y = x
+        return y
+
+    def closure_appends(x):
+        out = []
+
+        def keep(v):
+            out.append(v)
+        if x.sum() > 0:
+            keep(x)
+        return out
+
+    def lambda_stores(x):
+        acc = {}
+        put = lambda v: acc.__setitem__("y", v) or acc.update(y=v)  # noqa: E731
+        if x.sum() > 0:
+            put(x)
+        return acc
+
+    def appends_to_global(x):
+        if x.sum() > 0:
+            GLOBAL_LIST.append(x)
+        return x
+
+    _raises(handles, r"try/except .*test_debugging.py:\d+.*every example to the handler")
+    _raises(closure_appends, "nested function 'keep' that changes 'out'")
+    _raises(lambda_stores, "a lambda that changes 'acc'")
+    _raises(appends_to_global, "contents of global/enclosing 'GLOBAL_LIST' under a condition")
+
+    @batch
+    def batched_closure(x):
+        out = []
+
+        @batch
+        def keep(v):
+            out.append(v)   # rewritten: appends for the active examples only
+        if x.sum() > 0:
+            keep(x * 1.0)
+        return out
+
+    x = MaskedBatch.fromlist([torch.ones(1, 2), -torch.ones(1, 2)], (False,))
+    assert len(batched_closure(x)) == 1

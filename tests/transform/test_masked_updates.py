@@ -102,3 +102,61 @@ def list_plus_equals(x):
 @pytest.mark.parametrize("lengths", LENGTHS)
 def test_list_plus_equals_in_branches_grows_each_examples_own_list(lengths):
     mb_test(list_plus_equals, (8, (False, 3)), lengths=lengths, dtype=torch.float64, seed=2)
+
+
+@batch
+def list_extend(x):
+    out = [x * 1.0]
+    if x.sum() > 0:
+        out.extend([x * 2, x * 3])
+    else:
+        out.extend([x - 1])
+    return F.stack(out, 1).sum(1)
+
+
+@batch
+def walrus_countdown(x, n):
+    acc = x * 0.0
+    while (n := n - 1) > 0:     # each example counts down its own n
+        acc = acc + x * n
+    return acc + n
+
+
+@batch
+def container_stores(x):
+    d = {"y": x * 1.0}
+    acc = [x * 0.0, x * 0.0]
+    if x.sum() > 0:
+        d["y"] = x * 2
+        acc[0] = x + 1
+    else:
+        d["y"] = x * 3
+        acc[1] = x - 1
+    return d["y"] + acc[0] * acc[1]
+
+
+@pytest.mark.parametrize("f", [list_extend, container_stores], ids=["extend", "containers"])
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_list_and_container_changes_in_branches_act_per_example(f, lengths):
+    mb_test(f, (8, (False, 3)), lengths=lengths, dtype=torch.float64, seed=4)
+
+
+@pytest.mark.parametrize("B", (1, 8))
+def test_walrus_in_a_loop_test_binds_only_the_examples_still_in_the_loop(B):
+    x = MaskedBatch.fromlist([torch.randn(1, 3, dtype=torch.float64) for _ in range(B)], (False,))
+    n = MaskedBatch.fromlist([torch.tensor([k % 4 + 1.0], dtype=torch.float64)
+                              for k in range(B)], ())   # each example's own count
+    mb_test(walrus_countdown, x, n, dtype=torch.float64)
+
+
+def test_insert_under_a_per_example_condition_raises():
+    @batch
+    def inserts(x):
+        out = [x * 1.0]
+        if x.sum() > 0:
+            out.insert(0, x * 2)
+        return out[0]
+
+    x = MaskedBatch.fromlist([torch.ones(1, 2), -torch.ones(1, 2)], (False,))
+    with pytest.raises(NotImplementedError, match="list.insert under per-example control flow"):
+        inserts(x)

@@ -12,25 +12,25 @@ One concern per module:
 - :mod:`.conditions`: ``cond``, ``not_``, ``and_``, ``or_``; branches
   ``if_true``, ``if_false``, ``if_exp``
 - :mod:`.select` and :mod:`.assign`: per-lane ``select``; ``assign``,
-  ``aug_assign``, ``setattr_``, ``read``; :mod:`.values`: ``Undefined``,
+  ``aug_assign``, ``setattr_``, ``setitem``, ``read``; :mod:`.values`: ``Undefined``,
   ``Mixed``
-- :mod:`.lists`: ``append``, ``extend``
+- :mod:`.lists`: ``append``, ``extend``, ``insert``
 - :mod:`.loops`: ``while_loop``, ``for_loop`` (and :mod:`.compaction`,
   what ``@batch(compact=...)`` runs them with)
 - :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``
 - :mod:`.calls`: ``sibling_calls`` (``@batch(merge_calls=True)``)
 """
-from .assign import aug_assign, assign, read, setattr_
+from .assign import aug_assign, assign, read, setattr_, setitem
 from .calls import sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
 from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
     reversed_, zip_
-from .lists import append, extend
+from .lists import append, extend, insert
 from .loops import for_loop, while_loop
 from .select import select
 from .values import Mixed, Undefined
 
-__all__ = ["Undefined", "read", "assign", "aug_assign", "setattr_", "select", "Mixed", "cond", "not_",
-           "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend", "while_loop", "for_loop",
-           "LaneIterable", "LaneRange", "lane_items", "presence", "range_", "enumerate_", "zip_",
-           "reversed_", "sibling_calls"]
+__all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "select",
+           "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
+           "insert", "while_loop", "for_loop", "LaneIterable", "LaneRange", "lane_items",
+           "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls"]

@@ -127,6 +127,17 @@ def aug_assign(old, op, value):
     return _assign(old, outplace(_read(old), value))
 
 
+def setitem(obj, key, value):
+    """``obj[key] = value`` for the active lanes: a Python dict or list
+    keeps its old item in the dormant lanes (a new key takes ``value``, as
+    a variable first bound in a branch does); anything else (a MaskedBatch
+    honours the lanes itself) takes the store as it is."""
+    if type(obj) in (dict, list) and _ACTIVE.get() is not None:
+        old = obj.get(key) if type(obj) is dict else obj[key]
+        value = _assign(old, value)
+    obj[key] = value
+
+
 def setattr_(obj, name, value):
     """``obj.name = value`` for the active lanes."""
     old = getattr(obj, name, None)

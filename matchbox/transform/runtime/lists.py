@@ -67,6 +67,16 @@ def extend(lst, values, comp=None):
         _append_owned(lst, v, comp)
 
 
+def insert(lst, index, value):
+    """``lst.insert(index, value)``, where every lane is active."""
+    if isinstance(lst, list) and (_ACTIVE.get() is not None or lst and _listed(lst[-1])):
+        raise NotImplementedError(
+            "list.insert under per-example control flow (or into a list that examples "
+            "filled to different lengths) cannot act per example; append and reverse the "
+            "list, or insert before the per-example code")
+    lst.insert(index, value)
+
+
 def _append_owned(lst, value, comp):
     if comp is None:
         return _append(lst, value)
