@@ -5,9 +5,11 @@
     b = f(b)                        retval = a; do_return = True
     return b                    if not do_return:
                                     b = f(b); retval = b; do_return = True
-                                return retval
+                                return _mb.returned(retval, (2, 4))
 
 Loops that hold a return are marked so a lane leaves them once it returned.
+``returned`` raises where examples return values of different per-example
+shapes, naming the lines of the returns.
 Functions whose returns all sit at the top level are left as they are.
 """
 import gast
@@ -35,6 +37,9 @@ def transform(fdef, ctx):
     for loop in guard.loops_with_jumps:
         add_exit_flag(loop, done)
     first = fdef.body[0]
+    lines = templates.constant(tuple(sorted({n.lineno for n in [*nested, *fdef.body]
+                                             if isinstance(n, gast.Return)})))
     fdef.body = (templates.replace("done = False\nretval = None", first, done=done, retval=retval)
-                 + body + templates.replace("return retval", fdef.body[-1], retval=retval))
+                 + body + templates.replace("return rt.returned(retval, lines)", fdef.body[-1],
+                                            rt=ctx.runtime, retval=retval, lines=lines))
     return fdef

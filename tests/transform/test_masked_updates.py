@@ -160,3 +160,20 @@ def test_insert_under_a_per_example_condition_raises():
     x = MaskedBatch.fromlist([torch.ones(1, 2), -torch.ones(1, 2)], (False,))
     with pytest.raises(NotImplementedError, match="list.insert under per-example control flow"):
         inserts(x)
+
+
+@batch
+def returns_of_two_ranks(x):
+    if x.sum() > 0:
+        return x.sum(1)
+    return x
+
+
+def test_returns_of_different_per_example_rank_raise_naming_both_returns():
+    x = MaskedBatch.fromlist([torch.ones(1, 3), -torch.ones(1, 3)], (False,))
+    first = returns_of_two_ranks.__code__.co_firstlineno   # the def line
+    with pytest.raises(ValueError, match=rf"shapes \(\(1,\) and \(1, 3\)\) from the return "
+                                         rf"statements at lines {first + 2}, {first + 3}"):
+        returns_of_two_ranks(x)
+    # every example takes the same return: no error
+    assert returns_of_two_ranks(x[:, :1] * 0 + 1).examples()[0].shape == (1,)

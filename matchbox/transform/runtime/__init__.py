@@ -13,7 +13,7 @@ One concern per module:
   ``if_true``, ``if_false``, ``if_exp``
 - :mod:`.select` and :mod:`.assign`: per-lane ``select``; ``assign``,
   ``aug_assign``, ``setattr_``, ``setitem``, ``read``; :mod:`.values`: ``Undefined``,
-  ``Mixed``
+  ``Mixed``, ``returned``
 - :mod:`.lists`: ``append``, ``extend``, ``insert``
 - :mod:`.loops`: ``while_loop``, ``for_loop`` (and :mod:`.compaction`,
   what ``@batch(compact=...)`` runs them with)
@@ -28,9 +28,9 @@ from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence
 from .lists import append, extend, insert
 from .loops import for_loop, while_loop
 from .select import select
-from .values import Mixed, Undefined
+from .values import Mixed, Undefined, returned
 
 __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "select",
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "while_loop", "for_loop", "LaneIterable", "LaneRange", "lane_items",
-           "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls"]
+           "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "returned"]

@@ -73,3 +73,15 @@ class Mixed:
 
     def __repr__(self):
         return "<mixed: " + ", ".join(example_shape(v) for _, v in self.parts) + ">"
+
+
+def returned(value, lines):
+    """The value of a function with several returns (at ``lines``): one
+    value for every example, whichever return it took."""
+    if type(value) is Mixed:
+        shapes = " and ".join(sorted({example_shape(v) for _, v in value.parts}, key=len))
+        raise ValueError(
+            f"the examples return values of different per-example shapes ({shapes}) from the "
+            f"return statements at lines {', '.join(map(str, lines))}; a batch holds one shape "
+            f"per value: make every return give a value with the same number of dimensions")
+    return value
