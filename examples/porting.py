@@ -85,9 +85,9 @@ def batch_padded(examples):
 
 
 def batch_masked(examples):
-    """The matchbox inputs: ``(tokens MaskedBatch (1, n) each, labels (B,))``."""
+    """The matchbox inputs: MaskedBatches of tokens ``(1, n)`` and labels ``(1,)``."""
     tokens = MaskedBatch.fromlist([t for t, _ in examples], dims=(True,))
-    return tokens, torch.cat([y for _, y in examples])
+    return tokens, MaskedBatch.fromlist([y for _, y in examples], dims=())
 
 
 def main(steps=40, batch_size=32, lr=0.02, seed=0, every=10):
@@ -120,7 +120,7 @@ def main(steps=40, batch_size=32, lr=0.02, seed=0, every=10):
     with torch.no_grad():
         tokens, labels = batch_masked(test)
         guess = torch.cat([s.argmax(-1) for s in masked(tokens).examples()])
-    acc = (guess == labels).double().mean().item()
+    acc = (guess == torch.cat(labels.examples())).double().mean().item()
     print(f"final: padded loss {lp:.6f}, matchbox loss {lm:.6f} (start {first[1]:.3f}), "
           f"max |difference| {worst:.1e}, held-out accuracy {100 * acc:.1f}% (chance 25%), "
           f"{batch_size} sentences/batch, {secs:.1f} s")

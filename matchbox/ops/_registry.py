@@ -343,10 +343,15 @@ def align(args, op="op"):
                     f"{op}: a plain Tensor of shape {tuple(a.shape)} has more dimensions than "
                     f"the examples ({n + 1} with the leading 1); per example the result would "
                     f"not keep its leading batch dimension")
-            if a.dim() == n + 1 and a.size(0) not in (1, B):
+            if a.dim() == n + 1 and a.size(0) != 1:
+                # a plain Tensor is shared by every example, never one row per
+                # example, whatever its leading size
                 raise ValueError(
-                    f"{op}: a plain Tensor of shape {tuple(a.shape)} has leading size "
-                    f"{a.size(0)}; with a batch of {B} it must be 1 or {B}")
+                    f"{op}: a plain Tensor of shape {tuple(a.shape)} is shared by every "
+                    f"example, and its leading size {a.size(0)} would replace the examples' "
+                    f"leading dimension of size 1 in the result; give it a leading 1 "
+                    f"(t.unsqueeze(0)), or make it per-example data with "
+                    f"MaskedBatch.fromlist")
             datas.append(a)
         else:
             datas.append(a)

@@ -110,11 +110,14 @@ class _Operand:
                 raise ValueError(f"{opname}: batch sizes differ ({B} vs {x.data.size(0)})" + batch_size_hint())
             self.data, self.mask, self.dims, self.mb = x.data, x._mask, tuple(x.dims), x
         elif isinstance(x, torch.Tensor):
-            if x.dim() == 0 or x.size(0) not in (1, B):
+            if x.dim() == 0 or x.size(0) != 1:
+                # shared by every example, never one row per example by its size
                 raise ValueError(
-                    f"{opname}: the {what} is a plain Tensor of shape {tuple(x.shape)}; next to a "
-                    f"MaskedBatch of {B} examples it must have leading size 1 (shared) or {B}")
-            self.data = x.expand((B,) + tuple(x.shape[1:])) if x.size(0) != B else x
+                    f"{opname}: the {what} is a plain Tensor of shape {tuple(x.shape)}; a plain "
+                    f"Tensor is shared by every example, so it needs the examples' leading 1. "
+                    f"For one {what} per example, make it a MaskedBatch "
+                    f"(MaskedBatch.fromlist or MaskedBatch.from_padded)")
+            self.data = x.expand((B,) + tuple(x.shape[1:]))
             self.mask, self.dims, self.mb = None, (False,) * (x.dim() - 1), None
         else:
             raise TypeError(f"{opname}: the {what} must be a Tensor or MaskedBatch, got {type(x).__name__}")

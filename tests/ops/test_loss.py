@@ -119,15 +119,17 @@ def test_cross_entropy_default_is_each_examples_mean():
 
 
 @pytest.mark.usefixtures("row_strategy")
-def test_cross_entropy_plain_target_tensor():
-    """Logits as a batch, labels as an ordinary (B,) Tensor."""
+def test_cross_entropy_plain_target_tensor_is_shared():
+    """A plain Tensor target is shared by every example (SPEC section 3):
+    a (1,) label is every example's label; a (B,) Tensor is never read as
+    one label per example just because its size is B (issue 18, item 3)."""
     xs, xd, ts, td = _class_examples("class", [1, 1, 1, 1])
     xb = MaskedBatch.fromlist(xs, xd)
-    t = torch.cat(ts)
-    torch.testing.assert_close(F.cross_entropy(xb, t).data,
-                               F.cross_entropy(torch.cat(xs), t, reduction="none"))
-    out = F.cross_entropy(xb, t, reduction="none")
-    torch.testing.assert_close(torch.cat(out.examples()), F.cross_entropy(torch.cat(xs), t, reduction="none"))
+    shared = ts[0]
+    torch.testing.assert_close(torch.cat(F.cross_entropy(xb, shared, reduction="none").examples()),
+                               torch.cat([F.cross_entropy(x, shared, reduction="none") for x in xs]))
+    with pytest.raises(ValueError, match=r"plain Tensor of shape \(4,\); a plain Tensor is shared"):
+        F.cross_entropy(xb, torch.cat(ts))
 
 
 def test_cross_entropy_legacy_size_average():

@@ -71,6 +71,19 @@ def test_binary_against_plain_tensor(name, other):
     mb_test(lambda x, y: BINARY[name](y, x), SPECS["dynamic"], other, lengths="mixed", dtype=torch.float64)
 
 
+@pytest.mark.parametrize("rows", [3, 4])
+def test_a_plain_tensor_is_shared_never_one_row_per_example(rows):
+    """``(v - protos)`` with ``protos`` of shape (B, d): per example the
+    result would be (B, d) with no leading 1, whatever B is; it is never
+    read as one row per example because its size happens to be B."""
+    v = MaskedBatch.fromlist([torch.randn(1, 5) for _ in range(4)], (False,))
+    protos = torch.randn(rows, 5)
+    with pytest.raises(ValueError, match=r"plain Tensor of shape \(%d, 5\) is shared" % rows):
+        ((v - protos) ** 2).sum(-1)
+    shared = protos[:1]   # a leading 1: every example uses the same row
+    mb_test(lambda x: ((x - shared) ** 2).sum(-1), (4, (False, 5)))
+
+
 @pytest.mark.parametrize("number", [2, 0.5, -3.0])
 def test_binary_against_numbers(number):
     f = lambda x: (x + number) * number - number / (x.abs() + 1) + (number - x) / number  # noqa: E731
