@@ -55,6 +55,20 @@ def test_rebinding_in_a_branch_then_everywhere(lengths):
 
 
 @batch
+def rebound_in_a_returning_branch(x):
+    t = x * 2
+    if x.sum() > 0:
+        t = t.sum(1)            # (1,): only these examples, which then return
+        return t * 3
+    return t.sum(1) - 1         # the others still hold their (1, n) value
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_a_value_bound_in_a_returning_branch_needs_no_merging(lengths):
+    mb_test(rebound_in_a_returning_branch, (8, (True, 5)), lengths=lengths, dtype=torch.float64)
+
+
+@batch
 def shapes_differ_at_the_end(x):
     topi = x[:, :2]
     if x.sum() > 0:
