@@ -2,7 +2,7 @@
 
     x = v          ->  x = _mb.assign(x, v)           (active lanes get v)
     x += v         ->  x = _mb.aug_assign(x, '+=', v)
-    (x := v)       ->  (x := _mb.assign(x, v))
+    (x := v)       ->  _mb.read((x := _mb.assign(x, v)))
     d[k] = v       ->  _mb.setitem(d, k, v)           (a dict/list keeps old items)
     for x in xs    ->  for item in xs: x = _mb.assign(x, item)
     a, b = v       ->  tmp_a, tmp_b = v; a = _mb.assign(a, tmp_a); ...
@@ -88,7 +88,8 @@ class _Assignments(Pass):
         return out
 
     def visit_NamedExpr(self, node):
-        """``(x := v)`` in a region (a ``while`` test): a masked assignment too."""
+        """``(x := v)`` in a region (a ``while`` test): a masked assignment,
+        whose value is read as any variable is there."""
         self.generic_visit(node)
         if not self.depth:
             return node
@@ -96,7 +97,8 @@ class _Assignments(Pass):
         node.value = templates.replace_as_expression("rt.assign(x, value)", node,
                                                      rt=self.ctx.runtime, x=node.target.id,
                                                      value=node.value)
-        return node
+        return templates.replace_as_expression("rt.read(walrus)", node, rt=self.ctx.runtime,
+                                               walrus=node)
 
     def visit_AnnAssign(self, node):
         if not self.depth or node.value is None:

@@ -67,7 +67,7 @@ class _Loops(Pass):
                 while loop.test(test):
                     body
             """
-        if self.ctx.compact is not None and not _stores_into_subscripts(node.body):
+        if self.ctx.compact is not None and not _stores_into_subscripts(node.body, self.ctx.runtime):
             # see compaction.py; x[i] = v would write into a copy of the live lanes
             template = template.replace("(desc, limit)", "(desc, limit, compact=share)")
         out = templates.replace(
@@ -89,7 +89,8 @@ class _Loops(Pass):
                     body
             """
         settle = []
-        if self.ctx.compact is not None and not flags and not _stores_into_subscripts(node.body):
+        if self.ctx.compact is not None and not flags \
+                and not _stores_into_subscripts(node.body, self.ctx.runtime):
             template = template.replace("limit)", "limit, compact=share)")
             for name in _assigned_through_runtime(node.body, self.ctx.runtime):
                 settle += templates.replace("x = loop.settle(x)", node, x=name, loop=loop)
@@ -104,9 +105,17 @@ def transform(fdef, ctx):
     return _Loops.run(fdef, ctx)
 
 
-def _stores_into_subscripts(body):
+def _stores_into_subscripts(body, rt):
+    """Does ``body`` store into a subscript (``x[i] = v``, or ``d[k] = v``
+    that the assignments pass made ``rt.setitem(d, k, v)``)?"""
     return any(isinstance(n, gast.Subscript) and not isinstance(n.ctx, gast.Load)
-               for n in walk_scope(body))
+               or _runtime_call(n, rt, ("setitem",)) for n in walk_scope(body))
+
+
+def _runtime_call(n, rt, names):
+    """Is ``n`` a call ``rt.<one of names>(...)``?"""
+    return isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) \
+        and isinstance(n.func.value, gast.Name) and n.func.value.id == rt and n.func.attr in names
 
 
 def _assigned_through_runtime(body, rt):
@@ -114,9 +123,6 @@ def _assigned_through_runtime(body, rt):
     ``rt.aug_assign`` (a compacted loop may keep their values compacted)."""
     names = set()
     for n in walk_scope(body):
-        if isinstance(n, gast.Assign) and isinstance(n.value, gast.Call) \
-                and isinstance(n.value.func, gast.Attribute) \
-                and isinstance(n.value.func.value, gast.Name) and n.value.func.value.id == rt \
-                and n.value.func.attr in ("assign", "aug_assign"):
+        if isinstance(n, gast.Assign) and _runtime_call(n.value, rt, ("assign", "aug_assign")):
             names.add(n.targets[0].id)
     return sorted(names)
