@@ -140,8 +140,8 @@ def accuracy(model, batches, select=None):
     with torch.no_grad():
         for *inputs, tags in batches:
             hit = model(*inputs).argmax(-1) == tags
-            real = hit.mask if select is None else hit.mask & select(*inputs).data
-            right += int(hit.data[real].sum())
+            real = hit.mask if select is None else hit.mask & select(*inputs).padded_data
+            right += int(hit.padded_data[real].sum())
             total += int(real.sum())
     return right / max(total, 1)
 

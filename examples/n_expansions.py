@@ -107,7 +107,7 @@ def make_data(count=256, features=8, max_nodes=12, seed=0):
 def mean_expansions(n):
     """The mean of the per-example counts ``n`` (a Python int when every
     example took the same number of steps, else a MaskedBatch)."""
-    return float(n.data.double().mean()) if isinstance(n, matchbox.MaskedBatch) else float(n)
+    return float(n.padded_data.double().mean()) if isinstance(n, matchbox.MaskedBatch) else float(n)
 
 
 #: collate (nodes, target) pairs: nodes dynamic in k, static in features

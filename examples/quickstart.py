@@ -59,7 +59,7 @@ def main(batch_size=64, max_len=60, seed=0):
 
     def batch_step():
         model.zero_grad()
-        model(batch).data.sum().backward()
+        model(batch).padded_data.sum().backward()
 
     t_loop, t_batch = timed(loop_step), timed(batch_step)
     print(f"forward+backward: per-example loop {t_loop * 1e3:.1f} ms, "

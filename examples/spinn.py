@@ -132,7 +132,7 @@ def main(steps=60, batch_size=64, max_leaves=6, lr=0.01, seed=0, eval_size=256):
         with torch.no_grad():
             logits = model(test_words, test_trans)
             loss = matchbox.example_mean(F.cross_entropy(logits, test_values)).item()
-            acc = (logits.argmax(-1) == test_values).data.double().mean().item()
+            acc = (logits.argmax(-1) == test_values).padded_data.double().mean().item()
         return loss, acc
 
     start_loss, start_acc = evaluate()

@@ -1,10 +1,13 @@
 """The MaskedBatch type: a batch of examples that differ in size.
 
-``data`` is ``(B, n_1, ..., n_k)``; ``dims[i]`` says whether dimension ``i+1``
+``padded_data`` is ``(B, n_1, ..., n_k)``; ``dims[i]`` says whether dimension ``i+1``
 is dynamic (sizes differ between examples) or static; ``mask`` is a bool
 Tensor ``(B, m_1, ..., m_k)`` with ``m_i = n_i`` for a dynamic dimension and
 ``1`` for a static one.  Each example's real data is a prefix along every
 dynamic dimension.  Values under ``False`` are arbitrary.
+
+``data`` is PyTorch's ``.data``: the batch detached (per-example code reads
+it, so it must not be the padded Tensor of all the examples).
 
 Internally the mask may be ``None``, meaning "every entry is real": such a
 batch pays for no mask work at all.  ``batch.mask`` always returns a Tensor.
@@ -46,7 +49,7 @@ def _as_dims(dims, n):
 
 def mask_from_lengths(lengths, shape, dims, device=None):
     """The prefix mask for ``shape = (B, n_1, ...)`` given ``lengths``, a dict
-    mapping each dynamic dimension index (1-based, as in ``data``) to a
+    mapping each dynamic dimension index (1-based, as in ``padded_data``) to a
     LongTensor ``(B,)`` of per-example sizes.  Static dims get size 1."""
     mask = None
     ndim = len(shape)
@@ -73,7 +76,7 @@ class MaskedBatch:
     # _listed: set by @batch's list append on the items it stores, as
     # (lanes that hold the item, per-lane list length up to the item or None)
     # _rows: the real rows gathered by ops.on_real_rows, kept for the next op
-    # _cut: lanes whose gradient @batch's read cuts (see the data property)
+    # _cut: lanes whose gradient @batch's read cuts (see the padded_data property)
     # _kept: set by a compacted @batch for loop on the values it keeps
     # compacted between iterations (see transform/compaction.py)
     # _update_of: (base data, its version, lanes), set by a rule whose result
@@ -141,36 +144,78 @@ class MaskedBatch:
         they compute there adds none.  The cut (a ``where`` against a
         detached copy) is made when the data is first used; rules that
         never read dormant lanes take ``uncut(x)`` and skip it."""
-        self = cls._new(x.data, x._mask, x.dims)
+        self = cls._new(x.padded_data, x._mask, x.dims)
         self._cut = lanes
         return self
 
     @property
-    def data(self):
-        """The padded data Tensor ``(B, ...)``."""
+    def padded_data(self):
+        """The padded data Tensor ``(B, n_1, ..., n_k)``: every example's
+        values, padding included (see ``mask``).  Rules and code that leaves
+        matchbox read this; per-example code reads ``data``, as in PyTorch."""
         if self._cut is not None:
             d, lanes = self._data, self._cut
             self._data = torch.where(lanes.view((-1,) + (1,) * (d.dim() - 1)), d, d.detach())
             self._cut = None
         return self._data
 
+    @padded_data.setter
+    def padded_data(self, value):
+        self._data, self._cut = value, None
+
+    @property
+    def data(self):
+        """PyTorch's ``.data``: this batch detached from autograd (same mask
+        and dims, sharing storage), so per-example code that reads
+        ``out.data.topk(1)`` gets each example's own answer.  The padded
+        Tensor is ``padded_data``."""
+        return self.detach()
+
     @data.setter
     def data(self, value):
-        self._data, self._cut = value, None
+        """``x.data = y.data`` as in PyTorch: ``x`` takes ``y``'s values (and
+        its per-example sizes) in place, outside autograd; ``x`` stays the
+        same batch and keeps ``requires_grad``.  ``value`` is a MaskedBatch
+        of the same batch size, or a Tensor holding one example (leading 1)
+        that every example takes."""
+        if _lanes.active_lanes() is not None:
+            raise NotImplementedError(
+                "x.data = ... inside per-example control flow under @matchbox.batch would "
+                "replace the values of every example, active or not; assign the variable "
+                "instead (x = ...)")
+        if isinstance(value, MaskedBatch):
+            if value.batch_size != self.batch_size:
+                raise ValueError(
+                    f"x.data = y: y holds {value.batch_size} examples, x holds {self.batch_size}")
+            data, mask, dims = value.padded_data.detach(), value._mask, value.dims
+        elif isinstance(value, torch.Tensor):
+            if value.dim() < 1 or value.size(0) != 1:
+                raise ValueError(
+                    f"x.data = t: a plain Tensor of shape {tuple(value.shape)} is one example "
+                    f"shared by every example of x and needs a leading 1")
+            data = value.detach().expand((self.batch_size,) + tuple(value.shape[1:]))
+            mask, dims = None, (False,) * (value.dim() - 1)
+        else:
+            raise TypeError(f"x.data = value needs a MaskedBatch or a Tensor, got {type(value).__name__}")
+        if mask is not None and mask.device != data.device:
+            mask = mask.to(data.device)
+        old = self._data
+        old.data = data.to(old.device) if data.device != old.device else data
+        self._mask, self.dims, self._zero_at, self._rows = mask, dims, None, None
 
     @property
     def _zero(self):
         """True when every entry outside the mask is known to be exactly 0:
         promised when the data was made, and the data is the same tensor,
-        not changed in place since (``x.data.add_(1)`` voids the promise).
+        not changed in place since (``x.padded_data.add_(1)`` voids the promise).
         Never under torch.compile, which cannot follow tensor versions."""
         z = self._zero_at
-        return z is not None and z[0] is self.data and not torch.compiler.is_compiling() \
-            and z[1] == self.data._version
+        return z is not None and z[0] is self.padded_data and not torch.compiler.is_compiling() \
+            and z[1] == self.padded_data._version
 
     @_zero.setter
     def _zero(self, flag):
-        self._zero_at = (self.data, self.data._version) if flag else None
+        self._zero_at = (self.padded_data, self.padded_data._version) if flag else None
 
     # ------------------------------------------------------------ dispatch
     @classmethod
@@ -242,7 +287,7 @@ class MaskedBatch:
         return False
 
     def requires_grad_(self, flag=True):
-        self.data.requires_grad_(flag)
+        self.padded_data.requires_grad_(flag)
         return self
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -253,7 +298,7 @@ class MaskedBatch:
         ``token_mean``).  ``gradient`` (a MaskedBatch, or a Tensor or number
         that broadcasts against the padded data) weights the real entries;
         padding gets none.  The other arguments are ``Tensor.backward``'s."""
-        data = self.data
+        data = self.padded_data
         if gradient is None:
             if not (data.is_floating_point() or data.is_complex()):
                 raise RuntimeError("backward: a MaskedBatch of integers has no gradient")
@@ -262,7 +307,7 @@ class MaskedBatch:
             if isinstance(gradient, MaskedBatch):
                 mask = gradient._mask if self._mask is None else (
                     self._mask if gradient._mask is None else self._mask & gradient._mask)
-                gradient = gradient.data
+                gradient = gradient.padded_data
             else:
                 mask = self._mask
             g = torch.as_tensor(gradient, dtype=data.dtype, device=data.device).expand(data.shape)
@@ -273,7 +318,7 @@ class MaskedBatch:
 
     @property
     def grad(self):
-        g = self.data.grad
+        g = self.padded_data.grad
         return None if g is None else MaskedBatch._new(g, self._mask, self.dims)
 
     def dim(self):
@@ -364,47 +409,47 @@ class MaskedBatch:
         return MaskedBatch._new(data, mask, self.dims, self._zero)
 
     def to(self, *args, **kwargs):
-        return self._with_data(self.data.to(*args, **kwargs))
+        return self._with_data(self.padded_data.to(*args, **kwargs))
 
     def cuda(self, *args, **kwargs):
-        return self._with_data(self.data.cuda(*args, **kwargs))
+        return self._with_data(self.padded_data.cuda(*args, **kwargs))
 
     def cpu(self):
-        return self._with_data(self.data.cpu())
+        return self._with_data(self.padded_data.cpu())
 
     def detach(self):
-        return MaskedBatch._new(self.data.detach(), self._mask, self.dims, self._zero)
+        return MaskedBatch._new(self.padded_data.detach(), self._mask, self.dims, self._zero)
 
     def type_as(self, other):
-        other = other.data if isinstance(other, MaskedBatch) else other
-        return self._with_data(self.data.type_as(other))
+        other = other.padded_data if isinstance(other, MaskedBatch) else other
+        return self._with_data(self.padded_data.type_as(other))
 
     def float(self):
-        return self._with_data(self.data.float())
+        return self._with_data(self.padded_data.float())
 
     def double(self):
-        return self._with_data(self.data.double())
+        return self._with_data(self.padded_data.double())
 
     def half(self):
-        return self._with_data(self.data.half())
+        return self._with_data(self.padded_data.half())
 
     def bfloat16(self):
-        return self._with_data(self.data.bfloat16())
+        return self._with_data(self.padded_data.bfloat16())
 
     def long(self):
-        return self._with_data(self.data.long())
+        return self._with_data(self.padded_data.long())
 
     def int(self):
-        return self._with_data(self.data.int())
+        return self._with_data(self.padded_data.int())
 
     def bool(self):
-        return self._with_data(self.data.bool())
+        return self._with_data(self.padded_data.bool())
 
     def contiguous(self, *args, **kwargs):
-        return MaskedBatch._new(self.data.contiguous(*args, **kwargs), self._mask, self.dims, self._zero)
+        return MaskedBatch._new(self.padded_data.contiguous(*args, **kwargs), self._mask, self.dims, self._zero)
 
     def pin_memory(self):
-        return self._with_data(self.data.pin_memory())
+        return self._with_data(self.padded_data.pin_memory())
 
     # ------------------------------------------------------------ making and unmaking
     @classmethod
@@ -467,11 +512,11 @@ class MaskedBatch:
                     f"the per-example loop under @matchbox.batch, or index per example: "
                     f"x[:, i] (negative i counts from each example's own end)")
         if self._mask is None or not dyn:
-            return list(self.data.split(1, 0))
+            return list(self.padded_data.split(1, 0))
         lengths = torch.stack([self._lengths(d) for d in dyn], 1).tolist()
         out = []
         for b, ls in enumerate(lengths):
-            x = self.data[b:b + 1]
+            x = self.padded_data[b:b + 1]
             for d, n in zip(dyn, ls):
                 x = x.narrow(d, 0, n)
             out.append(x)
@@ -530,8 +575,8 @@ class MaskedBatch:
         """The data as a plain padded Tensor with ``value`` everywhere that is
         not real."""
         if self._mask is None:
-            return self.data
-        return self.data.masked_fill(~self._mask, value)
+            return self.padded_data
+        return self.padded_data.masked_fill(~self._mask, value)
 
     @classmethod
     def from_packed(cls, packed):
@@ -549,7 +594,7 @@ class MaskedBatch:
             raise ValueError(
                 f"to_packed needs dimension 1 to be the only dynamic one; dims are {self.dims}")
         lengths = self._lengths(1).cpu()
-        return pack_padded_sequence(self.data, lengths, batch_first=True, enforce_sorted=enforce_sorted)
+        return pack_padded_sequence(self.padded_data, lengths, batch_first=True, enforce_sorted=enforce_sorted)
 
     @classmethod
     def from_nested(cls, nt, dims=None):
@@ -569,11 +614,11 @@ class MaskedBatch:
                 f"dtype={self._data.dtype}, device={self._data.device})")
 
     def __reduce__(self):
-        return (MaskedBatch, (self.data, self._mask, self.dims))
+        return (MaskedBatch, (self.padded_data, self._mask, self.dims))
 
     def __deepcopy__(self, memo):
         import copy
-        return MaskedBatch._new(copy.deepcopy(self.data, memo),
+        return MaskedBatch._new(copy.deepcopy(self.padded_data, memo),
                                 copy.deepcopy(self._mask, memo), self.dims)
 
 
@@ -612,14 +657,14 @@ def with_lanes(mask, ndim):
 
 
 def uncut(x):
-    """``x.data`` for a rule that reads only the entries ``real_mask(x)``
+    """``x.padded_data`` for a rule that reads only the entries ``real_mask(x)``
     marks real (gathering them, or zeroing the others with ``where``): the
     dormant lanes of @batch's read are not real to it, so the gradient cut
     the read left pending is not needed when it was made under the lanes
     active now."""
     if x._cut is not None and x._cut is _lanes.active_lanes():
         return x._data
-    return x.data
+    return x.padded_data
 
 
 # Tools that look for the tensors inside a model's outputs must find those of
@@ -628,12 +673,12 @@ def uncut(x):
 # dataclass fields (find_unused_parameters=True: else it raises).
 @dataclasses.dataclass
 class _TensorFields:
-    data: torch.Tensor
+    padded_data: torch.Tensor
     _mask: torch.Tensor
 
 
 MaskedBatch.__dataclass_fields__ = _TensorFields.__dataclass_fields__
 torch.utils._pytree.register_pytree_node(
-    MaskedBatch, lambda x: ([x.data, x._mask], x.dims),
+    MaskedBatch, lambda x: ([x.padded_data, x._mask], x.dims),
     lambda leaves, dims: MaskedBatch._new(leaves[0], leaves[1], dims),
     serialized_type_name="matchbox.MaskedBatch")

@@ -304,7 +304,7 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
     if leaves:
         outs, grads = [], []
         for path, t in leaves:
-            data = t.data if isinstance(t, MaskedBatch) else t
+            data = t.padded_data if isinstance(t, MaskedBatch) else t
             g = torch.zeros_like(data)
             with torch.no_grad():
                 for j in range(B):

@@ -74,9 +74,9 @@ def test_compiled_checks_still_refuse_bad_input():
     """An out-of-range index is still refused inside the graph: the check
     is an async assert, with a summary instead of the example."""
     emb = torch.nn.Embedding(5, 3)
-    f = torch.compile(lambda x: emb(x).sum().data, backend="aot_eager", fullgraph=True)
+    f = torch.compile(lambda x: emb(x).sum().padded_data, backend="aot_eager", fullgraph=True)
     good = MaskedBatch.fromlist([torch.tensor([[1, 2, 4]]), torch.tensor([[0]])], dims=(True,))
-    torch.testing.assert_close(f(good), emb(good).sum().data)
+    torch.testing.assert_close(f(good), emb(good).sum().padded_data)
     bad = MaskedBatch.fromlist([torch.tensor([[1, 2, 5]]), torch.tensor([[0]])], dims=(True,))
     with pytest.raises(RuntimeError, match="embedding: an index is out of range .* 5 rows"):
         f(bad)
@@ -85,7 +85,7 @@ def test_compiled_checks_still_refuse_bad_input():
 
 
 def test_compiled_length_check_still_refuses_mismatched_examples():
-    f = torch.compile(lambda a, b: (a * b).sum().data, backend="aot_eager", fullgraph=True)
+    f = torch.compile(lambda a, b: (a * b).sum().padded_data, backend="aot_eager", fullgraph=True)
     a = MaskedBatch.fromlist([torch.ones(1, 3), torch.ones(1, 2)], dims=(True,))
     b = MaskedBatch.fromlist([torch.ones(1, 3), torch.ones(1, 1)], dims=(True,))
     torch.testing.assert_close(f(a, a), torch.tensor([3.0, 2.0]))  # per example

@@ -15,7 +15,7 @@ def ragged(lengths=(2, 4, 1), feat=3, dtype=torch.float64):
 def test_fromlist_examples_roundtrip():
     xs = ragged()
     b = MaskedBatch.fromlist(xs, (True, False))
-    assert b.data.shape == (3, 4, 3)
+    assert b.padded_data.shape == (3, 4, 3)
     assert b.mask.shape == (3, 4, 1)
     assert b.dims == (True, False)
     for x, e in zip(xs, b.examples()):
@@ -32,7 +32,7 @@ def test_fromlist_infers_dims_and_equal_lengths_need_no_mask():
 def test_fromlist_gradient_reaches_examples():
     xs = [x.requires_grad_() for x in ragged()]
     b = MaskedBatch.fromlist(xs, (True, False))
-    (b.data * 2).sum().backward()
+    (b.padded_data * 2).sum().backward()
     for x in xs:
         assert torch.equal(x.grad, torch.full_like(x, 2.0))
 
@@ -76,8 +76,8 @@ def test_sizes():
         b.size()
     with pytest.raises(ValueError, match="size_as_tensor"):
         b.shape
-    assert b.size_as_tensor(1).data.tolist() == [2, 4, 1]
-    assert b.size_as_tensor(2).data.tolist() == [3, 3, 3]
+    assert b.size_as_tensor(1).padded_data.tolist() == [2, 4, 1]
+    assert b.size_as_tensor(2).padded_data.tolist() == [3, 3, 3]
     assert [e.tolist() for e in b.size_as_tensor(1).examples()] == [[2], [4], [1]]
 
 
@@ -89,7 +89,7 @@ def test_helpers_on_plain_tensor():
     assert x.batch_ones(2, 2).sum().item() == 4
     b = MaskedBatch.fromlist(ragged(), (True, False))
     z = b.batch_zeros(7)
-    assert z.data.shape == (3, 7) and z.dims == (False,)
+    assert z.padded_data.shape == (3, 7) and z.dims == (False,)
     assert b.batch_empty(2).dims == (False,)
 
 
@@ -129,7 +129,7 @@ def test_padded_roundtrip():
     p = b.to_padded(0.0)
     assert torch.equal(p[1, 2:], torch.zeros(3, 2)) and torch.equal(p[0], data[0])
     t = MaskedBatch.from_padded(data.transpose(0, 1), [5, 2, 3], batch_first=False)
-    assert torch.equal(t.data, data)
+    assert torch.equal(t.padded_data, data)
     with pytest.raises(ValueError, match="lengths must lie"):
         MaskedBatch.from_padded(data, [6, 1, 1])
     with pytest.raises(ValueError, match="3 lengths for a batch of 2"):
@@ -184,7 +184,7 @@ def test_cuda_roundtrip():
 def test_pickle_and_save(tmp_path):
     b = MaskedBatch.fromlist(ragged(), (True, False))
     c = pickle.loads(pickle.dumps(b))
-    assert torch.equal(c.data, b.data) and torch.equal(c.mask, b.mask) and c.dims == b.dims
+    assert torch.equal(c.padded_data, b.padded_data) and torch.equal(c.mask, b.mask) and c.dims == b.dims
     torch.save(b, tmp_path / "b.pt")
     d = torch.load(tmp_path / "b.pt", weights_only=False)
     assert [e.shape for e in d.examples()] == [e.shape for e in b.examples()]

@@ -74,7 +74,7 @@ def test_items_without_the_leading_one():
     out = collate(xs, leading_one=False, dims=(True,))
     same(out, MaskedBatch.fromlist([x.unsqueeze(0) for x in xs], (True,)))
     labels = collate([torch.tensor(3), torch.tensor(4)], leading_one=False)
-    assert labels.dims == () and labels.data.tolist() == [3, 4]
+    assert labels.dims == () and labels.padded_data.tolist() == [3, 4]
 
 
 def test_errors_name_the_field():
@@ -101,7 +101,7 @@ def test_dataloader_with_bucketing():
                         collate_fn=matchbox.data.collate(dims=((True, False), ())))
     seen = []
     for x, idx in loader:
-        ids = idx.data.reshape(-1).tolist()
+        ids = idx.padded_data.reshape(-1).tolist()
         seen += ids
         same(x, MaskedBatch.fromlist([data[i][0] for i in ids], (True, False)))
     assert sorted(seen) == list(range(len(lengths)))

@@ -57,7 +57,7 @@ def test_shared_tensor_and_reused_argument():
 def test_tuple_outputs_and_shape_mismatch():
     mb_test(lambda x: (x.exp(), [x * 2]), (3, (True, 4)))
     with pytest.raises(AssertionError, match=r"output\[1\], example 0: shape"):
-        mb_test(lambda x: (x, x.data[:, :1] if isinstance(x, MaskedBatch) else x), (3, (True, 4)),
+        mb_test(lambda x: (x, x.padded_data[:, :1] if isinstance(x, MaskedBatch) else x), (3, (True, 4)),
                 lengths="equal")
 
 

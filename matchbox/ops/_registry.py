@@ -113,7 +113,7 @@ def is_mb(x):
 
 
 def unwrap(x):
-    return x.data if isinstance(x, MaskedBatch) else x
+    return x.padded_data if isinstance(x, MaskedBatch) else x
 
 
 new = MaskedBatch._new
@@ -123,7 +123,7 @@ def norm_dim(x, dim, op="this op", allow_batch=False):
     """Normalise a (possibly negative) per-example dim of MaskedBatch ``x``.
     Dim 0 (each example's leading 1, the batch dimension of the MaskedBatch)
     is refused unless ``allow_batch``."""
-    n = x.data.dim()
+    n = x.padded_data.dim()
     if not -n <= dim < n:
         raise IndexError(f"{op}: dimension {dim} out of range for examples with {n} dims")
     dim = dim + n if dim < 0 else dim
@@ -201,8 +201,8 @@ def scatter_rows(y, rows, n):
 
 def on_real_rows(x, m, fn, k=1):
     """``fn`` (a function of rows: ``(n, *row) -> (n, *out_row)``) applied to
-    the rows of ``x.data`` (its last ``k`` dims) that ``m`` marks real,
-    giving ``x.data.shape[:-k] + out_row`` with 0 in every other row.
+    the rows of ``x.padded_data`` (its last ``k`` dims) that ``m`` marks real,
+    giving ``x.padded_data.shape[:-k] + out_row`` with 0 in every other row.
     Padding rows are never read, so they need no masking and get exactly
     zero gradient; and no work is spent on them.  ``m`` must be 1 along the
     last ``k`` dims and False in dormant lanes, as ``real_mask`` is (so the
@@ -215,7 +215,7 @@ def on_real_rows(x, m, fn, k=1):
     data = uncut(x)
     compiling = torch.compiler.is_compiling()
     lead = data.shape[:data.dim() - k]
-    # x[i] = v replaces x.data, in-place ops bump its version; no_grad gathers have no graph
+    # x[i] = v replaces x.padded_data, in-place ops bump its version; no_grad gathers have no graph
     key = (data._version, k, torch.is_grad_enabled())
     hit = None if compiling else x._rows
     if hit is not None and hit[0] is m and hit[1] is data and hit[2] == key:
@@ -230,12 +230,12 @@ def on_real_rows(x, m, fn, k=1):
 
 
 def neutralize(x, fill):
-    """``x.data`` with every non-real entry (padding, dormant lanes) set to
+    """``x.padded_data`` with every non-real entry (padding, dormant lanes) set to
     ``fill`` (see ``keep``: gradients there are exactly zero).  Free when
     the padding is known to be 0 already and every lane is active."""
     m = real_mask(x)
     if m is None or (m is x._mask and x._zero and fill == 0):
-        return x.data
+        return x.padded_data
     return keep(m, uncut(x), fill)
 
 
@@ -249,7 +249,7 @@ def prefix_mask(x, d):
 
 
 def _describe(x, d):
-    return f"dimension {d} of a MaskedBatch with dims {x.dims} (padded shape {tuple(x.data.shape)})"
+    return f"dimension {d} of a MaskedBatch with dims {x.dims} (padded shape {tuple(x.padded_data.shape)})"
 
 
 def check_same_lengths(a, da, b, db, op):
@@ -257,7 +257,7 @@ def check_same_lengths(a, da, b, db, op):
     have the same per-example lengths.  Skipped when both share one mask."""
     if a._mask is b._mask and da == db:
         return
-    na, nb = a.data.size(da), b.data.size(db)
+    na, nb = a.padded_data.size(da), b.padded_data.size(db)
     ma, mb_ = prefix_mask(a, da), prefix_mask(b, db)
     if ma is None and mb_ is None and na == nb:
         return
@@ -286,18 +286,18 @@ def align(args, op="op"):
     the combined mask (None if all real) and the result dims.
     """
     batches = [a for a in args if isinstance(a, MaskedBatch)]
-    B = batches[0].data.size(0)
-    n = max(b.data.dim() for b in batches) - 1
+    B = batches[0].padded_data.size(0)
+    n = max(b.padded_data.dim() for b in batches) - 1
     dims = [False] * n
     owner = [None] * n  # the first batch with a dynamic dim at each position
     for b in batches:
-        if b.data.size(0) != B:
+        if b.padded_data.size(0) != B:
             raise ValueError(
-                f"{op}: batch sizes differ ({B} vs {b.data.size(0)}); both operands must "
+                f"{op}: batch sizes differ ({B} vs {b.padded_data.size(0)}); both operands must "
                 f"hold the same examples" + batch_size_hint())
-        if b.data.device != batches[0].data.device:
-            raise ValueError(f"{op}: operands are on {batches[0].data.device} and {b.data.device}")
-        off = n - (b.data.dim() - 1)
+        if b.padded_data.device != batches[0].padded_data.device:
+            raise ValueError(f"{op}: operands are on {batches[0].padded_data.device} and {b.padded_data.device}")
+        off = n - (b.padded_data.dim() - 1)
         for i, dyn in enumerate(b.dims):
             if dyn:
                 dims[off + i] = True
@@ -306,8 +306,8 @@ def align(args, op="op"):
     datas, masks = [], []
     for a in args:
         if isinstance(a, MaskedBatch):
-            off = n - (a.data.dim() - 1)
-            data, mask = a.data, a._mask
+            off = n - (a.padded_data.dim() - 1)
+            data, mask = a.padded_data, a._mask
             for i in range(n):
                 if not dims[i]:
                     continue
@@ -318,8 +318,8 @@ def align(args, op="op"):
                 if a.dims[d - 1]:
                     if a is not first:
                         check_same_lengths(first, fd, a, d, op)
-                    if data.size(d) < first.data.size(fd) or data.size(d) > first.data.size(fd):
-                        size = max(data.size(d), first.data.size(fd))
+                    if data.size(d) < first.padded_data.size(fd) or data.size(d) > first.padded_data.size(fd):
+                        size = max(data.size(d), first.padded_data.size(fd))
                         data = _pad_dim(data, d, size)
                         mask = _pad_dim(a.mask if mask is None else mask, d, size)
                 elif data.size(d) != 1:

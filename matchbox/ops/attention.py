@@ -177,7 +177,7 @@ def _shared(t, B, ndim, op, name):
 
 def _check_static(x, op, name):
     """Only the sequence dim (-2) of q/k/v may be dynamic."""
-    bad = [i + 1 for i, d in enumerate(x.dims) if d and i + 1 != x.data.dim() - 2]
+    bad = [i + 1 for i, d in enumerate(x.dims) if d and i + 1 != x.padded_data.dim() - 2]
     if bad:
         raise ValueError(
             f"{op}: dimension(s) {bad} of {name} are dynamic; only the sequence dimension "
@@ -187,15 +187,15 @@ def _check_static(x, op, name):
 def _batch_mask(m, q, k, s, op):
     """A MaskedBatch attn_mask ``(1, [H,] Lq, Lk)`` per example, as data that
     broadcasts against the batch's ``(B, [H,] Lq, Lk)`` scores."""
-    n = m.data.dim()
-    if n < 3 or n > q.data.dim():
+    n = m.padded_data.dim()
+    if n < 3 or n > q.padded_data.dim():
         raise ValueError(f"{op}: a MaskedBatch attn_mask must be (1, [heads,] Lq, Lk) per example")
     if m.dims[-2]:
         check_same_lengths(m, n - 2, q, s, f"{op} (attn_mask rows and queries)")
     if m.dims[-1]:
         check_same_lengths(m, n - 1, k, s, f"{op} (attn_mask columns and keys)")
-    data = _fit(neutralize(m, 0), (q.data.size(s), k.data.size(s)))
-    return data.view((data.size(0),) + (1,) * (q.data.dim() - n) + tuple(data.shape[1:]))
+    data = _fit(neutralize(m, 0), (q.padded_data.size(s), k.padded_data.size(s)))
+    return data.view((data.size(0),) + (1,) * (q.padded_data.dim() - n) + tuple(data.shape[1:]))
 
 
 @register(F.scaled_dot_product_attention)
@@ -207,27 +207,27 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ref = next((t for t in (query, key, value) if is_mb(t)), None)
     if ref is None:
         raise NotImplementedError(f"{op}: needs query, key or value to be a MaskedBatch")
-    B, ndim = ref.data.size(0), ref.data.dim()
+    B, ndim = ref.padded_data.size(0), ref.padded_data.dim()
     if ndim < 3:
         raise ValueError(f"{op}: examples need a sequence and a feature dimension, (1, L, E)")
     q, k, v = (t if is_mb(t) else _shared(t, B, ndim, op, n)
                for t, n in ((query, "query"), (key, "key"), (value, "value")))
     for t, n in ((q, "query"), (k, "key"), (v, "value")):
-        if t.data.size(0) != B:
-            raise ValueError(f"{op}: batch sizes differ ({B} vs {t.data.size(0)} in {n})" + batch_size_hint())
+        if t.padded_data.size(0) != B:
+            raise ValueError(f"{op}: batch sizes differ ({B} vs {t.padded_data.size(0)} in {n})" + batch_size_hint())
         _check_static(t, op, n)
     if is_causal and attn_mask is not None:
         raise RuntimeError(f"{op}: Explicit attn_mask should not be set when is_causal=True")
     s = ndim - 2  # the sequence dim
     check_same_lengths(k, s, v, s, f"{op} (key and value)")
-    Lq, Lk = q.data.size(s), k.data.size(s)
+    Lq, Lk = q.padded_data.size(s), k.padded_data.size(s)
     q_real, k_real = _real_positions(q, s), _real_positions(k, s)
     user = attn_mask
     if is_mb(attn_mask):
         user = _batch_mask(attn_mask, q, k, s, op)
     elif attn_mask is not None:
         _check_block(attn_mask, Lq, Lk, op, "attn_mask")
-    allowed = _allowed(k_real, Lq, Lk, is_causal, ndim - 3, q.data.device)
+    allowed = _allowed(k_real, Lq, Lk, is_causal, ndim - 3, q.padded_data.device)
     pad_rows = None
     if q_real is not None:
         pad_rows = ~q_real.view((B,) + (1,) * (ndim - 3) + (q_real.size(1), 1))
@@ -250,7 +250,7 @@ def _additive(mask, dtype):
 def _mha_inputs(query, key, value, op):
     """query/key/value as batch-first MaskedBatches (``is`` kept)."""
     outs = {}
-    B = next(t.batch.data.size(0) for t in (query, key, value) if isinstance(t, SeqFirst))
+    B = next(t.batch.padded_data.size(0) for t in (query, key, value) if isinstance(t, SeqFirst))
     for t in (query, key, value):
         if id(t) in outs:
             continue
@@ -325,10 +325,10 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                            "create this mask.")
     q, k, v = _mha_inputs(query, key, value, op)
     for t, n in ((q, "query"), (k, "key"), (v, "value")):
-        if t.data.dim() != 3 or t.dims[1]:
+        if t.padded_data.dim() != 3 or t.dims[1]:
             raise ValueError(f"{op}: each {n} example must be (1, L, E) with static E")
     check_same_lengths(k, 1, v, 1, f"{op} (key and value)")
-    B, L, S, H = q.data.size(0), q.data.size(1), k.data.size(1), num_heads
+    B, L, S, H = q.padded_data.size(0), q.padded_data.size(1), k.padded_data.size(1), num_heads
     dtype = q.dtype
     q_real, k_real = _real_positions(q, 1), _real_positions(k, 1)
 

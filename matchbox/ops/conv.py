@@ -47,7 +47,7 @@ def _check_input(x, nsp, op, channels=True, params=()):
         raise NotImplementedError(
             f"{op}: matchbox supports a MaskedBatch only as the input; per-example weights, "
             f"biases or other arguments are not supported")
-    n = x.data.dim() - 1
+    n = x.padded_data.dim() - 1
     ok = (nsp + 1,) if channels else (nsp, nsp + 1)
     if n not in ok:
         raise ValueError(
@@ -60,7 +60,7 @@ def _check_input(x, nsp, op, channels=True, params=()):
 
 def _lengths(x, nsp):
     """Per spatial dim (the last ``nsp``): per-example lengths ``(B,)``, or None if static."""
-    n = x.data.dim()
+    n = x.padded_data.dim()
     return [x._lengths(d) if x.dims[d - 1] else None for d in range(n - nsp, n)]
 
 
@@ -353,10 +353,10 @@ def _adaptive_max(nsp, op, input, output_size, return_indices):
     """``F.adaptive_max_pool{1,2}d`` along dynamic dims: max over each
     example's own bins; indices are flat positions in each example's own
     spatial layout."""
-    res, arg = _adaptive(nsp, op, input, output_size, input.data, _max_bins)
+    res, arg = _adaptive(nsp, op, input, output_size, input.padded_data, _max_bins)
     if not return_indices:
         return res
-    out, n = res.data, input.data.dim()
+    out, n = res.padded_data, input.padded_data.dim()
 
     def coord(d):  # position along d of every output entry
         if d in arg:
@@ -428,7 +428,7 @@ def pad(input, pad, mode="constant", value=None):
     calls).  Built with ``gather`` from each output position's source."""
     if not is_mb(input):
         raise NotImplementedError("pad: matchbox supports a MaskedBatch only as the input")
-    pad, n = list(pad), input.data.dim()
+    pad, n = list(pad), input.padded_data.dim()
     if len(pad) % 2 or len(pad) // 2 > n - 1:
         if len(pad) % 2 == 0 and len(pad) // 2 == n:
             raise ValueError(
@@ -443,7 +443,7 @@ def pad(input, pad, mode="constant", value=None):
     if len(lens[0]) and (lanes is None or bool(lanes.any())):
         # torch's own checks on the smallest example (its errors are monotone in size)
         F.pad(torch.empty(shape, device="meta"), tuple(pad), mode, value)
-    data, B = input.data, input.data.size(0)
+    data, B = input.padded_data, input.padded_data.size(0)
     fill = 0 if value is None else value
     for k in range(len(pad) // 2):
         d, lo, hi = n - 1 - k, pad[2 * k], pad[2 * k + 1]

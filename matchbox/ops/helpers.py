@@ -23,7 +23,7 @@ def _batch_new(fill, name):
     def make(x, *size, dtype=None, device=None, requires_grad=False):
         if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
             size = tuple(size[0])
-        data = x.data if is_mb(x) else x
+        data = x.padded_data if is_mb(x) else x
         out = fill((data.size(0),) + tuple(size), dtype=dtype or data.dtype,
                    device=device or data.device, requires_grad=requires_grad)
         return new(out, None, (False,) * len(size)) if is_mb(x) else out
@@ -60,7 +60,7 @@ def causal_mask(x, in_dim, out_dim):
     softmax over ``in_dim`` gives those entries zero weight.  For attention
     scores ``(1, T_query, T_key)``, ``scores.causal_mask(2, 1)`` hides future
     keys."""
-    data = x.data if is_mb(x) else x
+    data = x.padded_data if is_mb(x) else x
     n = data.dim()
     i = in_dim + n if in_dim < 0 else in_dim
     j = out_dim + n if out_dim < 0 else out_dim
@@ -78,7 +78,7 @@ def causal_mask(x, in_dim, out_dim):
 def _like(fn):
     """``torch.zeros_like(x)`` and kin: a fresh value per entry, x's mask and dims."""
     def rule(input, *args, **kwargs):
-        return new(fn(input.data, *args, **kwargs), input._mask, input.dims)
+        return new(fn(input.padded_data, *args, **kwargs), input._mask, input.dims)
     rule.__name__ = rule.__qualname__ = fn.__name__
     return rule
 

@@ -20,7 +20,7 @@ in active lanes (``real_mask``); padding and dormant lanes may hold anything
 and are clamped.  Results of a gather are masked with ``where`` at entries
 that are not real, so gradients arriving there never reach real inputs.
 
-``x[...] = v`` replaces ``x.data`` out of place (``x.data`` becomes a new
+``x[...] = v`` replaces ``x.padded_data`` out of place (``x.padded_data`` becomes a new
 Tensor; earlier views of it do not see the write) and writes only the real
 entries of active lanes.
 """
@@ -65,17 +65,17 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     a bool mask broadcastable to ``(B,) + shape`` marking real index
     entries (None: all real); ``idx_dims`` the dynamic flags of ``shape``.
     """
-    B = x.data.size(0)
+    B = x.padded_data.size(0)
     length = x._lengths(p)[:, None]
     orig = index
     if negative:
         index = torch.where(index < 0, index + length, index)
     im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
     index, keep = _in_range(index, length, lanes_present(x), im, op, p, shown=orig)
-    data = gather_line(x.data, p, index)
+    data = gather_line(x.padded_data, p, index)
     if keep is not None:
         keep = keep.expand_as(index).reshape(
-            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.data.dim() - p - 1))
+            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.padded_data.dim() - p - 1))
         data = torch.where(keep, data, torch.zeros((), dtype=data.dtype, device=data.device))
     data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
@@ -86,7 +86,7 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
         mask = mask.reshape(mask.shape[:p] + (1,) * len(shape) + mask.shape[p + 1:])
     if idx_mask is not None:
         im = idx_mask.reshape((B,) + (1,) * (p - 1) + tuple(idx_mask.shape[1:])
-                              + (1,) * (x.data.dim() - p - 1))
+                              + (1,) * (x.padded_data.dim() - p - 1))
         mask = im if mask is None else mask & im
     return new(data, canon_mask(mask, data.shape, dims), dims)
 
@@ -96,7 +96,7 @@ def _per_example_index(x, p, idx, op, negative=True):
     (advanced indexing: the index's per-example shape replaces dim ``p``)."""
     if idx.dtype.is_floating_point or idx.dtype == torch.bool:
         raise IndexError(f"{op}: a MaskedBatch index must hold integers, got {idx.dtype}")
-    data = idx.data.long()
+    data = idx.padded_data.long()
     shape = (1,) + tuple(data.shape[1:])
     m = idx._mask
     im = None if m is None else m.unsqueeze(1)
@@ -115,17 +115,17 @@ def _shared_index(x, p, t, op, negative=True):
         mask = x._mask
         if mask is not None:
             mask = mask.reshape(mask.shape[:p] + (1,) * t.dim() + mask.shape[p + 1:])
-        return new(x.data[idx], mask, x.dims[:p - 1] + (False,) * t.dim() + x.dims[p:])
-    flat = t.reshape(1, -1).expand(x.data.size(0), -1)
+        return new(x.padded_data[idx], mask, x.dims[:p - 1] + (False,) * t.dim() + x.dims[p:])
+    flat = t.reshape(1, -1).expand(x.padded_data.size(0), -1)
     return take(x, p, flat, tuple(t.shape), op, negative=negative)
 
 
 def _int_index(x, p, i, op):
     if x.dims[p - 1] and x._mask is not None:
-        index = torch.full((x.data.size(0), 1), i, dtype=torch.long, device=x.data.device)
+        index = torch.full((x.padded_data.size(0), 1), i, dtype=torch.long, device=x.padded_data.device)
         return take(x, p, index, (), op)
     mask = None if x._mask is None else x._mask.select(p, 0)
-    return new(x.data.select(p, i), mask, x.dims[:p - 1] + x.dims[p:])
+    return new(x.padded_data.select(p, i), mask, x.dims[:p - 1] + x.dims[p:])
 
 
 def _bound(v, default, length):
@@ -140,23 +140,23 @@ def _slice(x, p, s, op):
     if step <= 0:
         raise ValueError(f"{op}: slice step must be positive (as in PyTorch); use x.flip(d) to reverse")
     if not x.dims[p - 1] or x._mask is None:
-        return new(x.data[(slice(None),) * p + (s,)], x._mask, x.dims)
+        return new(x.padded_data[(slice(None),) * p + (s,)], x._mask, x.dims)
     length = x._lengths(p)
     start = _bound(s.start, torch.zeros_like(length), length)
     stop = _bound(s.stop, length, length)
     count = ((stop - start + step - 1) // step).clamp(min=0)
     if s.start is None or int(s.start) >= 0:  # the same start for every example
-        data = x.data[(slice(None),) * p + (slice(s.start, None, step),)]
+        data = x.padded_data[(slice(None),) * p + (slice(s.start, None, step),)]
     else:
         K = int(count.max())
         pos = start[:, None] + torch.arange(K, device=length.device) * step
         valid = torch.arange(K, device=length.device) < count[:, None]
-        data = gather_line(x.data, p, torch.where(valid, pos, torch.zeros_like(pos)))
-        view = [length.size(0)] + [1] * (p - 1) + [K] + [1] * (x.data.dim() - p - 1)
+        data = gather_line(x.padded_data, p, torch.where(valid, pos, torch.zeros_like(pos)))
+        view = [length.size(0)] + [1] * (p - 1) + [K] + [1] * (x.padded_data.dim() - p - 1)
         data = torch.where(valid.view(view), data, torch.zeros((), dtype=data.dtype, device=data.device))
     K = data.size(p)
     prefix = torch.arange(K, device=length.device) < count[:, None]
-    prefix = prefix.view([length.size(0)] + [1] * (p - 1) + [K] + [1] * (x.data.dim() - p - 1))
+    prefix = prefix.view([length.size(0)] + [1] * (p - 1) + [K] + [1] * (x.padded_data.dim() - p - 1))
     mask = prefix & x._mask.any(p, keepdim=True)
     return new(data, canon_mask(mask, data.shape, x.dims), x.dims)
 
@@ -198,7 +198,7 @@ def getitem(x, index):
     if not is_mb(x):
         return _index_shared_tensor(x, index)
     op = "x[...]"
-    items = _items(index, x.data.dim())
+    items = _items(index, x.padded_data.dim())
     p = 0
     for it in items:
         if p == 0:
@@ -220,11 +220,11 @@ def getitem(x, index):
             p += 1
         elif is_mb(it):
             x = _per_example_index(x, p, it, op)
-            p += it.data.dim()
+            p += it.padded_data.dim()
         elif isinstance(it, torch.Tensor):
             if it.is_floating_point():
                 raise IndexError(f"{op}: tensors used as indices must be integer, got {it.dtype}")
-            x = _shared_index(x, p, it.to(x.data.device), op)
+            x = _shared_index(x, p, it.to(x.padded_data.device), op)
             p += it.dim()
         else:
             raise TypeError(f"{op}: unsupported index {it!r}")
@@ -243,7 +243,7 @@ def _index_shared_tensor(t, index):
     if idx.dtype.is_floating_point or idx.dtype == torch.bool:
         raise IndexError(f"a MaskedBatch index must hold integers, got {idx.dtype}")
     n = t.size(0)
-    raw = idx.data.long()
+    raw = idx.padded_data.long()
     i = torch.where(raw < 0, raw + n, raw)
     m = real_mask(idx)
     sizes = torch.full((i.size(0),) + (1,) * (i.dim() - 1), n, device=i.device)
@@ -262,17 +262,17 @@ def _index_shared_tensor(t, index):
 # ------------------------------------------------------------------ x[...] = v
 @register_distinct(T.__setitem__)
 def setitem(x, index, value):
-    """``x[index] = value`` per example, out of place on ``x.data``; only
+    """``x[index] = value`` per example, out of place on ``x.padded_data``; only
     real entries of active lanes are written."""
     if not is_mb(x):
         raise NotImplementedError(
             "assigning per-example values (a MaskedBatch) into a plain Tensor would write every "
             "example into the same shared Tensor; make the target a MaskedBatch, e.g. "
             "out = x.batch_zeros(...), then out[:, i] = v")
-    pos = torch.arange(x.data.numel(), device=x.data.device).view(x.data.shape)
+    pos = torch.arange(x.padded_data.numel(), device=x.padded_data.device).view(x.padded_data.shape)
     sel = getitem(new(pos, x._mask, x.dims), index)
     value = value if isinstance(value, (torch.Tensor,)) or is_mb(value) else torch.as_tensor(
-        value, dtype=x.dtype, device=x.data.device)
+        value, dtype=x.dtype, device=x.padded_data.device)
     (spos, v), mask, _ = align((sel, value), "x[...] = v")
     shape = torch.broadcast_shapes(spos.shape, v.shape)
     if tuple(shape) != tuple(spos.shape):
@@ -285,8 +285,8 @@ def setitem(x, index, value):
     else:
         mask = mask.expand(shape)
         where, vals = spos[mask], v[mask]
-    flat = x.data.reshape(-1).index_put((where,), vals)
-    x.data = flat.view(x.data.shape)
+    flat = x.padded_data.reshape(-1).index_put((where,), vals)
+    x.padded_data = flat.view(x.padded_data.shape)
 
 
 # ------------------------------------------------------------------ select / narrow
@@ -303,7 +303,7 @@ def narrow(x, dim, start, length):
     start, length = int(start), int(length)
     dims = x.dims[:d - 1] + (False,) + x.dims[d:]
     if not x.dims[d - 1] or x._mask is None:
-        return new(x.data.narrow(d, start, length), x._mask, dims)
+        return new(x.padded_data.narrow(d, start, length), x._mask, dims)
     stop = start + length
     y = _slice(x, d, slice(start, stop if stop != 0 or start >= 0 else None), "narrow")
     got = y._lengths(d)
@@ -312,7 +312,7 @@ def narrow(x, dim, start, length):
     fail_if(bad, lambda b: IndexError(f"narrow({dim}, {start}, {length}): example {b[0]} has "
                                       f"only {int(x._lengths(d)[b])} entries along dimension {d}"),
             f"narrow({dim}, {start}, {length}): an example has too few entries along dimension {d}")
-    data = y.data.narrow(d, 0, length) if y.data.size(d) >= length else y.data
+    data = y.padded_data.narrow(d, 0, length) if y.padded_data.size(d) >= length else y.padded_data
     mask = y._mask.narrow(d, 0, min(length, y._mask.size(d))).all(d, keepdim=True)
     return new(data, canon_mask(mask, data.shape, dims), dims)
 
@@ -326,14 +326,14 @@ def gather(input, dim, index, *, sparse_grad=False):
     x = _as_batch(input, ref, "gather")
     d = norm_dim(x, dim, "gather")
     if is_mb(index):
-        ix, im, dims = index.data.long(), real_mask(index), index.dims
+        ix, im, dims = index.padded_data.long(), real_mask(index), index.dims
         idx_b = index
     else:
-        ix = _as_batch(index, x, "gather").data.long()
+        ix = _as_batch(index, x, "gather").padded_data.long()
         im, dims, idx_b = None, (False,) * (ix.dim() - 1), None
-    if ix.dim() != x.data.dim():
-        raise ValueError(f"gather: index examples have {ix.dim()} dims, input examples {x.data.dim()}")
-    B = x.data.size(0)
+    if ix.dim() != x.padded_data.dim():
+        raise ValueError(f"gather: index examples have {ix.dim()} dims, input examples {x.padded_data.dim()}")
+    B = x.padded_data.size(0)
     present = lanes_present(x)
     for j in range(1, ix.dim()):
         if j != d:
@@ -345,7 +345,7 @@ def gather(input, dim, index, *, sparse_grad=False):
                     f"gather: index is larger than input along dimension {j}")
     length = x._lengths(d).view([B] + [1] * (ix.dim() - 1))
     ix, keep = _in_range(ix, length, present, im, "gather", d)
-    data = x.data
+    data = x.padded_data
     grow = [max(0, ix.size(j) - data.size(j)) for j in range(ix.dim())]
     if any(g for j, g in enumerate(grow) if j != d):
         from ._registry import _pad_dim
@@ -370,17 +370,17 @@ def index_select(input, dim, index):
     x = input if is_mb(input) else _as_batch(input, index, "index_select")
     d = norm_dim(x, dim, "index_select")
     if is_mb(index):
-        if index.data.dim() != 1:
+        if index.padded_data.dim() != 1:
             raise ValueError(
                 "index_select: a per-example index must be 1-D per example, i.e. a MaskedBatch "
-                f"with data (B,); got data of shape {tuple(index.data.shape)}")
+                f"with data (B,); got data of shape {tuple(index.padded_data.shape)}")
         return _per_example_index(x, d, index, "index_select", negative=False)
     if index.dim() > 1:
         raise ValueError("index_select: index must be a 1-D Tensor")
-    index = index.reshape(-1).to(x.data.device)
+    index = index.reshape(-1).to(x.padded_data.device)
     if x.dims[d - 1] and x._mask is not None:
         return _shared_index(x, d, index, "index_select", negative=False)
-    return new(x.data.index_select(d, index), x._mask, x.dims)
+    return new(x.padded_data.index_select(d, index), x._mask, x.dims)
 
 
 @register_distinct(torch.masked_select, T.masked_select)

@@ -106,9 +106,9 @@ class _Operand:
 
     def __init__(self, x, B, what, opname):
         if is_mb(x):
-            if x.data.size(0) != B:
-                raise ValueError(f"{opname}: batch sizes differ ({B} vs {x.data.size(0)})" + batch_size_hint())
-            self.data, self.mask, self.dims, self.mb = x.data, x._mask, tuple(x.dims), x
+            if x.padded_data.size(0) != B:
+                raise ValueError(f"{opname}: batch sizes differ ({B} vs {x.padded_data.size(0)})" + batch_size_hint())
+            self.padded_data, self.mask, self.dims, self.mb = x.padded_data, x._mask, tuple(x.dims), x
         elif isinstance(x, torch.Tensor):
             if x.dim() == 0 or x.size(0) != 1:
                 # shared by every example, never one row per example by its size
@@ -117,7 +117,7 @@ class _Operand:
                     f"Tensor is shared by every example, so it needs the examples' leading 1. "
                     f"For one {what} per example, make it a MaskedBatch "
                     f"(MaskedBatch.fromlist or MaskedBatch.from_padded)")
-            self.data = x.expand((B,) + tuple(x.shape[1:]))
+            self.padded_data = x.expand((B,) + tuple(x.shape[1:]))
             self.mask, self.dims, self.mb = None, (False,) * (x.dim() - 1), None
         else:
             raise TypeError(f"{opname}: the {what} must be a Tensor or MaskedBatch, got {type(x).__name__}")
@@ -125,13 +125,13 @@ class _Operand:
     def lengths(self, d):
         if self.mb is not None:
             return self.mb._lengths(d)
-        return torch.full((self.data.size(0),), self.data.size(d), dtype=torch.long,
-                          device=self.data.device)
+        return torch.full((self.padded_data.size(0),), self.padded_data.size(d), dtype=torch.long,
+                          device=self.padded_data.device)
 
     def narrow(self, d, n):
-        if self.data.size(d) == n:
+        if self.padded_data.size(d) == n:
             return
-        self.data = self.data.narrow(d, 0, n)
+        self.padded_data = self.padded_data.narrow(d, 0, n)
         if self.mask is not None and self.mask.size(d) != 1:
             self.mask = self.mask.narrow(d, 0, n)
 
@@ -139,13 +139,13 @@ class _Operand:
 def _line_up_spatial(x, t, opname):
     """Check that the spatial dims (input dims 2.., target dims 1..) agree
     per example and cut their data to a common padded size."""
-    for i in range(t.data.dim() - 1):
+    for i in range(t.padded_data.dim() - 1):
         dx, dt = i + 2, i + 1
         if not (x.dims[dx - 1] or t.dims[dt - 1]):
-            if x.data.size(dx) != t.data.size(dt):
+            if x.padded_data.size(dx) != t.padded_data.size(dt):
                 raise ValueError(
-                    f"{opname}: input dimension {dx} has size {x.data.size(dx)} but target "
-                    f"dimension {dt} has size {t.data.size(dt)}")
+                    f"{opname}: input dimension {dx} has size {x.padded_data.size(dx)} but target "
+                    f"dimension {dt} has size {t.padded_data.size(dt)}")
             continue
         lx, lt = x.lengths(dx), t.lengths(dt)
         fail_if(lx != lt, lambda _: ValueError(
@@ -153,17 +153,17 @@ def _line_up_spatial(x, t, opname):
             f"dimension {dt}: {lx.tolist()} vs {lt.tolist()}"),
             f"{opname}: per-example sizes differ between input dimension {dx} and target "
             f"dimension {dt}")
-        n = min(x.data.size(dx), t.data.size(dt))
+        n = min(x.padded_data.size(dx), t.padded_data.size(dt))
         x.narrow(dx, n)
         t.narrow(dt, n)
 
 
 def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **extra):
     _no_mb(opname, weight=weight)
-    B = (input if is_mb(input) else target).data.size(0)
+    B = (input if is_mb(input) else target).padded_data.size(0)
     x = _Operand(input, B, "input", opname)
     t = _Operand(target, B, "target", opname)
-    if x.data.dim() < 2:
+    if x.padded_data.dim() < 2:
         raise ValueError(
             f"{opname}: per example the input must be (1, C) or (1, C, d_1, ...) with the classes "
             f"in dimension 1; got a batch with no per-example dimensions")
@@ -172,9 +172,9 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
             f"{opname}: the class dimension (dimension 1 of the input) is dynamic; it must be "
             f"static. For a sequence, put classes in dimension 1: (1, C, n) logits with a (1, n) "
             f"target, e.g. F.{opname}(logits.transpose(1, 2), target)")
-    zero = torch.zeros((), dtype=x.data.dtype, device=x.data.device)
+    zero = torch.zeros((), dtype=x.padded_data.dtype, device=x.padded_data.device)
 
-    if t.data.dim() == x.data.dim() and t.data.is_floating_point():
+    if t.padded_data.dim() == x.padded_data.dim() and t.padded_data.is_floating_point():
         # class probabilities, shaped like the input
         datas, mask, dims = align((_as_mb(x), _as_mb(t)), opname)
         if dims[0]:
@@ -194,18 +194,18 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
             loss = keep(real, loss, 0)
         return _per_example(loss, real, pos, reduction)  # 'mean': over positions
 
-    if t.data.dim() != x.data.dim() - 1:
+    if t.padded_data.dim() != x.padded_data.dim() - 1:
         raise ValueError(
             f"{opname}: per example the target must have one dimension fewer than the input "
             f"(class indices) or the input's shape (class probabilities); got input with "
-            f"{x.data.dim()} and target with {t.data.dim()} dimensions (leading 1 included)")
+            f"{x.padded_data.dim()} and target with {t.padded_data.dim()} dimensions (leading 1 included)")
     _line_up_spatial(x, t, opname)
     pos = x.mask.squeeze(1) if x.mask is not None else None
     if t.mask is not None:
         pos = t.mask if pos is None else pos & t.mask
     out_dims = tuple(a or b for a, b in zip(x.dims[1:], t.dims))
-    real = with_lanes(pos, t.data.dim())
-    xd, td = x.data, t.data
+    real = with_lanes(pos, t.padded_data.dim())
+    xd, td = x.padded_data, t.padded_data
     if real is not None and _registry.gathers_rows(xd):
         return _on_real_positions(fn, xd, td, real, pos, out_dims, reduction,
                                   weight=weight, ignore_index=ignore_index, **extra)
@@ -249,7 +249,7 @@ def _on_real_positions(fn, xd, td, real, pos, out_dims, reduction, **kwargs):
 
 
 def _as_mb(op):
-    return op.mb if op.mb is not None else new(op.data, None, op.dims)
+    return op.mb if op.mb is not None else new(op.padded_data, None, op.dims)
 
 
 @register(F.cross_entropy)
@@ -318,7 +318,7 @@ def _elementwise(opname, fn, operands, reduction, safe=(0.0, 0.0), weighted_mean
 def _check_weight_like_input(opname, input, weight):
     if weight is None or is_mb(weight):
         return
-    ref = input.data if is_mb(input) else input
+    ref = input.padded_data if is_mb(input) else input
     if tuple(weight.shape[1:]) != tuple(ref.shape[1:]) or (is_mb(input) and any(input.dims)):
         raise ValueError(
             f"{opname}: weight must have the input's size per example; with a MaskedBatch "
@@ -438,7 +438,7 @@ def _real_sum(loss, opname):
     number of examples) of a MaskedBatch, or of a plain Tensor whose dim 0
     indexes examples (a 0-dim Tensor is one example)."""
     if is_mb(loss):
-        data = loss.data
+        data = loss.padded_data
         if loss._mask is None:
             return data.sum(), data.numel(), data.size(0)
         m = loss._mask.expand(data.shape)

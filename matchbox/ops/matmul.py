@@ -26,7 +26,7 @@ class _Side:
         if self.mb:
             data, mask = neutralize(o, 0).unsqueeze(1), o._mask
             mask = None if mask is None else mask.unsqueeze(1)
-            flags, src = [False] + list(o.dims), list(range(o.data.dim()))
+            flags, src = [False] + list(o.dims), list(range(o.padded_data.dim()))
         else:
             data, mask = o, None
             flags, src = [False] * o.dim(), [None] * o.dim()
@@ -42,16 +42,16 @@ class _Side:
             lead = (slice(None),) if self.mb else (None,)
             data = data[lead + (None,) * k]
             mask = None if mask is None else mask[lead + (None,) * k]
-        self.data, self.mask = data, mask
+        self.padded_data, self.mask = data, mask
         self.flags, self.src = [False] * k + flags, [None] * k + src
         self.q = q
 
     def size(self, i):
         i -= self.q
-        return self.data.size(i) if i >= -self.data.dim() else 1
+        return self.padded_data.size(i) if i >= -self.padded_data.dim() else 1
 
     def narrow(self, i, n):
-        self.data = self.data.narrow(i - self.q, 0, n)
+        self.padded_data = self.padded_data.narrow(i - self.q, 0, n)
         if self.mask is not None and self.mask.size(i - self.q) != 1:
             self.mask = self.mask.narrow(i - self.q, 0, n)
 
@@ -80,8 +80,8 @@ def _meet(x, i, y, j, op, broadcast):
 
 
 def _matmul(a, b, op="matmul"):
-    if is_mb(a) and is_mb(b) and a.data.size(0) != b.data.size(0):
-        raise ValueError(f"{op}: batch sizes differ ({a.data.size(0)} vs {b.data.size(0)})" + batch_size_hint())
+    if is_mb(a) and is_mb(b) and a.padded_data.size(0) != b.padded_data.size(0):
+        raise ValueError(f"{op}: batch sizes differ ({a.padded_data.size(0)} vs {b.padded_data.size(0)})" + batch_size_hint())
     pa, pb = a.dim(), b.dim()
     if pa == 0 or pb == 0:
         raise RuntimeError(f"{op}: both arguments need at least 1 dimension per example")
@@ -92,7 +92,7 @@ def _matmul(a, b, op="matmul"):
         _meet(x, i, y, i, op, broadcast=True)
     _meet(x, q - 1, y, q - 2, op, broadcast=False)
 
-    out = torch.matmul(x.data, y.data)
+    out = torch.matmul(x.padded_data, y.padded_data)
     flags = [fx or fy for fx, fy in zip(x.flags[:q - 2], y.flags[:q - 2])]
     flags += [x.flags[q - 2], y.flags[q - 1]]
     mask = None

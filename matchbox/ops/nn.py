@@ -28,7 +28,7 @@ def _mask_out(out, m):
 
 
 def _per_row(input, m, fn, k=1):
-    """``fn`` over the rows (last ``k`` dims) of ``input.data``; non-real rows
+    """``fn`` over the rows (last ``k`` dims) of ``input.padded_data``; non-real rows
     of the result are 0 and pass no gradient.  On CPU only the real rows are
     computed (see ``gathers_rows``); elsewhere all rows are, with masking."""
     if _registry.gathers_rows(input):
@@ -63,7 +63,7 @@ def linear(input, weight, bias=None):
             "examples and cannot match the weight; linear needs a static last dimension")
     m = real_mask(input)
     if m is None:
-        return new(F.linear(input.data, weight, bias), input._mask, input.dims)
+        return new(F.linear(input.padded_data, weight, bias), input._mask, input.dims)
     out = _per_row(input, m, lambda rows: F.linear(rows, weight, bias))
     return new(out, input._mask, input.dims, zero=True)
 
@@ -84,7 +84,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         raise NotImplementedError(
             "embedding with scale_grad_by_freq=True on a MaskedBatch: the frequencies would be "
             "counted over the whole batch instead of per example; matchbox does not support it")
-    idx = input.data
+    idx = input.padded_data
     if idx.dtype not in (torch.long, torch.int, torch.int32, torch.int64):
         raise TypeError(f"embedding: indices must be an integer MaskedBatch, got dtype {idx.dtype}")
     num = weight.size(0)
@@ -113,7 +113,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 def _data_only(f):
     def rule(input, *args, **kwargs):
         _need_mb(input, f.__name__)  # each entry is scaled or zeroed: 0 stays 0
-        return new(f(input.data, *args, **kwargs), input._mask, input.dims, input._zero)
+        return new(f(input.padded_data, *args, **kwargs), input._mask, input.dims, input._zero)
     rule.__name__ = f.__name__
     rule.__doc__ = (f"``F.{f.__name__}`` on the data (each entry independently, as for "
                     f"one example); mask and dims kept; ``training`` honoured.")
@@ -158,7 +158,7 @@ def _norm_rule(f, opname):
         _check_norm_dims(input, normalized_shape, opname)
         m = real_mask(input)
         if m is None:
-            return new(f(input.data, normalized_shape, *args, **kwargs), input._mask, input.dims)
+            return new(f(input.padded_data, normalized_shape, *args, **kwargs), input._mask, input.dims)
         k = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
         out = _per_row(input, m, lambda rows: f(rows, normalized_shape, *args, **kwargs), k)
         return new(out, input._mask, input.dims, zero=True)
@@ -179,7 +179,7 @@ if hasattr(F, "rms_norm"):
 def glu(input, dim=-1):
     """``F.glu`` over a static dimension (halves it)."""
     _need_mb(input, "glu")
-    n = input.data.dim()
+    n = input.padded_data.dim()
     d = dim + n if dim < 0 else dim
     if not 0 <= d < n:
         raise IndexError(f"glu: dimension {dim} out of range for a MaskedBatch with {n} dims")
@@ -189,7 +189,7 @@ def glu(input, dim=-1):
         raise ValueError(
             f"glu: dimension {dim} is dynamic; glu splits its dimension in half, which needs "
             f"a static dimension")
-    return new(F.glu(input.data, d), input._mask, input.dims)
+    return new(F.glu(input.padded_data, d), input._mask, input.dims)
 
 
 # ------------------------------------------------------------------ prelu
@@ -202,7 +202,7 @@ def prelu(input, weight):
     if is_mb(weight):
         _need_mb(None, "prelu")
     if weight.numel() != 1:
-        if input.data.dim() < 2:
+        if input.padded_data.dim() < 2:
             raise ValueError("prelu with several weights needs a channel dimension (dimension 1)")
         if input.dims[0]:
             raise ValueError(
@@ -210,7 +210,7 @@ def prelu(input, weight):
                 "channel it must be static")
     m = real_mask(input)
     if m is None:
-        return new(F.prelu(input.data, weight), input._mask, input.dims)
+        return new(F.prelu(input.padded_data, weight), input._mask, input.dims)
     out = _mask_out(F.prelu(neutralize(input, 0), weight), m)
     return new(out, input._mask, input.dims, zero=True)
 

@@ -30,18 +30,18 @@ def _check(x, op, params, min_dims=1):
         raise NotImplementedError(
             f"{op}: matchbox supports a MaskedBatch only as the input; per-example running "
             f"stats, weights or biases are not supported")
-    if x.data.dim() < 1 + min_dims:
+    if x.padded_data.dim() < 1 + min_dims:
         raise ValueError(
             f"{op}: each example must be (1, C, ...) with a channel dimension after its "
-            f"leading 1; got examples with {x.data.dim() - 1} dims after the leading 1")
+            f"leading 1; got examples with {x.padded_data.dim() - 1} dims after the leading 1")
     if x.dims[0]:
         raise ValueError(f"{op}: the channel dimension (dimension 1) is dynamic; it must be static")
 
 
 def _entry_mask(x, m):
-    """``m`` (broadcasting against ``x.data``) as a ``(B, *spatial)`` mask of
+    """``m`` (broadcasting against ``x.padded_data``) as a ``(B, *spatial)`` mask of
     real positions, the channel dim dropped."""
-    return m.expand(x.data.shape).select(1, 0)
+    return m.expand(x.padded_data.shape).select(1, 0)
 
 
 # ------------------------------------------------------------------ batch norm
@@ -54,10 +54,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     _check(input, "batch_norm", (running_mean, running_var, weight, bias))
     m = real_mask(input)
     if m is None:
-        return new(F.batch_norm(input.data, running_mean, running_var, weight, bias, training,
+        return new(F.batch_norm(input.padded_data, running_mean, running_var, weight, bias, training,
                                 momentum, eps), input._mask, input.dims)
     pos = _entry_mask(input, m)
-    rows = input.data.movedim(1, -1)            # (B, *spatial, C)
+    rows = input.padded_data.movedim(1, -1)            # (B, *spatial, C)
     real = rows[pos]                             # (N, C): the concatenated real entries
     if training and real.size(0) <= 1:
         raise ValueError(
@@ -70,10 +70,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 # ------------------------------------------------------------------ per-example stats
 def _group_stats(x, m, groups, op):
-    """Per example and group over real entries of ``x.data`` (B, C, ...):
+    """Per example and group over real entries of ``x.padded_data`` (B, C, ...):
     returns ``(centered, mean, var, count)``: centered ``(B, G, C/G, ...)``
     (zero at non-real entries), mean and biased var ``(B, G)``, count ``(B, 1)``."""
-    data = x.data
+    data = x.padded_data
     B, C = data.shape[:2]
     if C % groups:
         raise ValueError(f"{op}: {C} channels are not divisible into {groups} groups")
@@ -96,11 +96,11 @@ def _group_stats(x, m, groups, op):
 
 
 def _normalized(x, m, groups, eps, weight, bias, op):
-    """Group-normalized ``x.data`` with per-channel affine; non-real entries 0."""
+    """Group-normalized ``x.padded_data`` with per-channel affine; non-real entries 0."""
     centered, mean, var, count = _group_stats(x, m, groups, op)
     B, G = var.shape
     y = centered * torch.rsqrt(var + eps).view(B, G, *[1] * (centered.dim() - 2))
-    y = y.reshape(x.data.shape)
+    y = y.reshape(x.padded_data.shape)
     shape = [1, -1] + [1] * (y.dim() - 2)
     if weight is not None:
         y = y * weight.view(shape)
@@ -130,9 +130,9 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         return batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps)
     m = real_mask(input)
     if m is None:
-        return new(F.instance_norm(input.data, running_mean, running_var, weight, bias, True,
+        return new(F.instance_norm(input.padded_data, running_mean, running_var, weight, bias, True,
                                    momentum, eps), input._mask, input.dims)
-    y, mean, var, count = _normalized(input, m, input.data.size(1), eps, weight, bias,
+    y, mean, var, count = _normalized(input, m, input.padded_data.size(1), eps, weight, bias,
                                       "instance_norm")
     _check_counts(count, "instance_norm", "spatial element(s) per channel")
     keep = m.flatten(1).any(1)  # examples with real entries (not dormant lanes)
@@ -152,7 +152,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     _check(input, "group_norm", (weight, bias))
     m = real_mask(input)
     if m is None:
-        return new(F.group_norm(input.data, num_groups, weight, bias, eps), input._mask,
+        return new(F.group_norm(input.padded_data, num_groups, weight, bias, eps), input._mask,
                    input.dims)
     y = _normalized(input, m, num_groups, eps, weight, bias, "group_norm")[0]
     return new(y, input._mask, input.dims)

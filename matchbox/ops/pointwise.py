@@ -35,7 +35,7 @@ def _unary(f, safe=None, keeps_zero=False):
     def rule(x, *args, **kwargs):
         if not is_mb(x) or any(is_mb(a) for a in args):
             return _nary(f)(x, *args, **kwargs)
-        data = x.data if safe is None else neutralize(x, safe)
+        data = x.padded_data if safe is None else neutralize(x, safe)
         return new(f(data, *args, **kwargs), x._mask, x.dims, keeps_zero and x._zero)
     rule.__name__ = getattr(f, "__name__", "unary")
     return rule

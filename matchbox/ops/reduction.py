@@ -40,7 +40,7 @@ class _Reduction:
 
     def __init__(self, x, dim, keepdim, op, fill=None):
         self.x, self.op, self.user_keepdim = x, op, bool(keepdim)
-        B, n = x.data.size(0), x.data.dim()
+        B, n = x.padded_data.size(0), x.padded_data.dim()
         self.full = dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0)
         try:
             if self.full:
@@ -54,16 +54,16 @@ class _Reduction:
         self.ds = ds
         m = real_mask(x)
         self.masked = m is not None and any(x.dims[d - 1] for d in ds)
-        data = x.data
+        data = x.padded_data
         if self.masked and fill is not None:
             data = torch.where(m, data, _fill_value(fill, data.dtype))
         if self.full:
             # one value per example: reduce a flat (B, N) view over dim 1
-            self.data = data.reshape(B, -1)
-            self.m = None if m is None else m.expand_as(x.data).reshape(B, -1)
+            self.padded_data = data.reshape(B, -1)
+            self.m = None if m is None else m.expand_as(x.padded_data).reshape(B, -1)
             self.dim, self.keepdim, self.rd = 1, False, (1,)
         else:
-            self.data, self.m = data, m
+            self.padded_data, self.m = data, m
             self.dim = tuple(ds) if isinstance(dim, (tuple, list)) else ds[0]
             self.keepdim, self.rd = self.user_keepdim, ds
 
@@ -73,16 +73,16 @@ class _Reduction:
         static = 1
         for d in self.rd:
             if self.m is None or self.m.size(d) == 1:
-                static *= self.data.size(d)
+                static *= self.padded_data.size(d)
         if not self.masked:
             return static
         c = self.m.sum(dim=self.rd, keepdim=keepdim) * static
-        return c.to(dtype or self.data.dtype)
+        return c.to(dtype or self.padded_data.dtype)
 
     def wrap(self, out):
-        x, B = self.x, self.x.data.size(0)
+        x, B = self.x, self.x.padded_data.size(0)
         if self.full and self.user_keepdim:
-            out = out.reshape((B,) + (1,) * (x.data.dim() - 1))
+            out = out.reshape((B,) + (1,) * (x.padded_data.dim() - 1))
         mask = x._mask
         if mask is not None and self.ds:
             mask = mask.any(dim=self.ds, keepdim=self.user_keepdim)
@@ -109,7 +109,7 @@ def _simple(fn, fill, name, has_keepdim=True, needs_dim=False):
         r = _Reduction(input, dim, keepdim, name, fill)
         if has_keepdim:
             kwargs["keepdim"] = r.keepdim
-        return r.wrap(fn(r.data, r.dim, **kwargs))
+        return r.wrap(fn(r.padded_data, r.dim, **kwargs))
     rule.__name__ = rule.__qualname__ = name
     rule.__doc__ = f"``{name}`` over real entries only (non-real entries count as {fill})."
     return rule
@@ -132,9 +132,9 @@ def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
     """Mean over real entries: divides by the true count."""
     _no_out("mean", out)
     r = _Reduction(input, dim, keepdim, "mean", 0)
-    if not r.masked or not (dtype or r.data.dtype).is_floating_point:
-        return r.wrap(torch.mean(r.data, r.dim, keepdim=r.keepdim, dtype=dtype))
-    s = torch.sum(r.data, r.dim, keepdim=r.keepdim, dtype=dtype)
+    if not r.masked or not (dtype or r.padded_data.dtype).is_floating_point:
+        return r.wrap(torch.mean(r.padded_data, r.dim, keepdim=r.keepdim, dtype=dtype))
+    s = torch.sum(r.padded_data, r.dim, keepdim=r.keepdim, dtype=dtype)
     return r.wrap(s / r.count(dtype=s.dtype).clamp_min(1))
 
 
@@ -175,10 +175,10 @@ def _var_family(fn, root, with_mean):
         dim, correction, keepdim = _var_args(name, args, kwargs)
         r = _Reduction(input, dim, keepdim, name, 0)
         if not r.masked:
-            out = fn(r.data, r.dim, correction=correction, keepdim=r.keepdim)
+            out = fn(r.padded_data, r.dim, correction=correction, keepdim=r.keepdim)
             return tuple(map(r.wrap, out)) if with_mean else r.wrap(out)
-        mean_k = r.data.sum(r.rd, keepdim=True) / r.count(keepdim=True).clamp_min(1)
-        dev = torch.where(r.m, r.data - mean_k, 0.0)
+        mean_k = r.padded_data.sum(r.rd, keepdim=True) / r.count(keepdim=True).clamp_min(1)
+        dev = torch.where(r.m, r.padded_data - mean_k, 0.0)
         ss = (dev * dev).sum(r.rd, keepdim=r.keepdim)
         count = r.count()
         # padding-only positions divide by 1 rather than by a non-positive count
@@ -210,8 +210,8 @@ def _max_min(name, fill, binary):
             return binary(input, dim if other is None else other)
         r = _Reduction(input, dim, keepdim, name, fill)
         if dim is None:
-            return r.wrap(fn(r.data, 1).values)
-        values, indices = fn(r.data, r.dim, r.keepdim)
+            return r.wrap(fn(r.padded_data, 1).values)
+        values, indices = fn(r.padded_data, r.dim, r.keepdim)
         return result_type((r.wrap(values), r.wrap(indices)))
     rule.__name__ = rule.__qualname__ = name
     rule.__doc__ = (f"``{name}`` over real entries; with ``dim`` returns (values, indices) "
@@ -229,9 +229,9 @@ def _example_flat_index(x, idx):
     out = torch.zeros_like(idx)
     stride = torch.ones_like(idx)
     rem = idx
-    for d in range(x.data.dim() - 1, 0, -1):
-        coord = rem % x.data.size(d)
-        rem = rem // x.data.size(d)
+    for d in range(x.padded_data.dim() - 1, 0, -1):
+        coord = rem % x.padded_data.size(d)
+        rem = rem // x.padded_data.size(d)
         out = out + coord * stride
         stride = stride * x._lengths(d)
     return out
@@ -242,7 +242,7 @@ def _arg(name, fill):
 
     def rule(input, dim=None, keepdim=False):
         r = _Reduction(input, dim, keepdim, name, fill)
-        idx = fn(r.data, r.dim, keepdim=r.keepdim)
+        idx = fn(r.padded_data, r.dim, keepdim=r.keepdim)
         if dim is None and input._mask is not None:
             idx = _example_flat_index(input, idx)
         return r.wrap(idx)
@@ -267,7 +267,7 @@ def _vector_norm(op, fn, input, p, dim, keepdim, kwargs):
                 f"{op}: p={p!r} over a dynamic dimension has no matchbox rule; use a vector norm")
     else:  # min-|x| style norms (p < 0) must not see the padding
         r = _Reduction(input, dim, keepdim, op, _INF if not isinstance(p, str) and p < 0 else 0.0)
-    return r.wrap(fn(r.data, p, r.dim, r.keepdim, **kwargs))
+    return r.wrap(fn(r.padded_data, p, r.dim, r.keepdim, **kwargs))
 
 
 @register(torch.norm, T.norm)

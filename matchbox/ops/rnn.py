@@ -147,10 +147,10 @@ def _check_layer(opname, input, hx, params, has_biases, batch_first):
             f"{opname}: matchbox runs nn.LSTM / nn.GRU / nn.RNN only with batch_first=True. "
             f"Each example is (1, n, features) with its leading 1 as the batch dimension; "
             f"build the module with batch_first=True")
-    if input.data.dim() != 3:
+    if input.padded_data.dim() != 3:
         raise ValueError(
             f"{opname}: each example must be (1, n, features); got a MaskedBatch with "
-            f"{input.data.dim() - 1} dimensions after the leading 1")
+            f"{input.padded_data.dim() - 1} dimensions after the leading 1")
     if input.dims[1]:
         raise ValueError(
             f"{opname}: the feature dimension (dim 2) is dynamic; the layer needs a static "
@@ -167,7 +167,7 @@ def _check_layer(opname, input, hx, params, has_biases, batch_first):
 def _packed(f, input, hx, params, has_biases, num_layers, dropout, train, bidirectional):
     """Run ``f`` over the real steps of each example; returns the padded
     output (B, n, D*H) and the final states in torch layout (L*D, B, H)."""
-    x, B, n = input.data, input.data.size(0), input.data.size(1)
+    x, B, n = input.padded_data, input.padded_data.size(0), input.padded_data.size(1)
     real = real_mask(input)
     if real is None:  # every step of every example is real: one plain call
         res = f(x, hx if len(hx) > 1 else hx[0], params, has_biases, num_layers, dropout,

@@ -3,7 +3,7 @@ repeat, split/chunk/unbind, cat/stack, flip, cumsum, and the example-level
 helpers ``split_dim`` / ``join_dims``.
 
 Per-example dimension ``d`` of the user's code is data dimension ``d``;
-dimension 0 is each example's leading 1 (the batch in ``data``).  No rule
+dimension 0 is each example's leading 1 (the batch in ``padded_data``).  No rule
 moves, merges or drops it: an op that would (``x.t()`` on a 2-D example,
 ``flatten(0)``, ``view(-1)``, ``stack(seq, 0)``) raises a ValueError naming
 the per-example form to use instead.
@@ -99,8 +99,8 @@ def compact(data, mask, d):
 def _full_mask(x, d):
     """``x``'s mask (materialized) expanded to full size along dim ``d``."""
     m = x.mask
-    return m if m.size(d) == x.data.size(d) else m.expand(
-        *[x.data.size(d) if i == d else -1 for i in range(m.dim())])
+    return m if m.size(d) == x.padded_data.size(d) else m.expand(
+        *[x.padded_data.size(d) if i == d else -1 for i in range(m.dim())])
 
 
 def _check_lengths(a, da, b, db, op):
@@ -139,7 +139,7 @@ def _permuted(x, perm, op):
     if perm == list(range(len(perm))):
         return x
     mask = None if x._mask is None else x._mask.permute(perm)
-    return new(x.data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero)
+    return new(x.padded_data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero)
 
 
 # ------------------------------------------------------------------ transpose / permute
@@ -148,7 +148,7 @@ def transpose(x, dim0, dim1):
     """Swap two per-example dims; the mask moves along.  Swapping dims 0
     and 1 gives a :class:`~matchbox.ops.attention.SeqFirst` view, which only
     nn.MultiheadAttention accepts (it swaps its inputs to (L, N, E))."""
-    n = x.data.dim()
+    n = x.padded_data.dim()
     d0, d1 = x._norm_dim(dim0), x._norm_dim(dim1)
     if {d0, d1} == {0, 1}:
         return SeqFirst(x)
@@ -167,7 +167,7 @@ def movedim(x, source, destination):
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
     src, dst = [x._norm_dim(s) for s in src], [x._norm_dim(d) for d in dst]
-    order = [i for i in range(x.data.dim()) if i not in src]
+    order = [i for i in range(x.padded_data.dim()) if i not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
     return _permuted(x, order, "movedim")
@@ -175,7 +175,7 @@ def movedim(x, source, destination):
 
 @register_distinct(torch.t, T.t)
 def t(x):
-    if x.data.dim() < 2:
+    if x.padded_data.dim() < 2:
         return x
     raise ValueError(
         "x.t() on an example with a leading 1 would move that leading 1 (the batch dimension). "
@@ -183,7 +183,7 @@ def t(x):
 
 
 def _mT(x):
-    if x.data.dim() < 3:
+    if x.padded_data.dim() < 3:
         raise ValueError("x.mT needs examples with at least 3 dims (leading 1 included) on a "
                          "MaskedBatch, or it would move the leading 1; use x.transpose(d0, d1)")
     return transpose(x, -2, -1)
@@ -201,14 +201,14 @@ MaskedBatch.T = property(_T)
 # ------------------------------------------------------------------ (un)squeeze
 def _unsqueeze(x, d, dynamic=False):
     mask = None if x._mask is None else x._mask.unsqueeze(d)
-    return new(x.data.unsqueeze(d), mask, x.dims[:d - 1] + (dynamic,) + x.dims[d - 1:], x._zero)
+    return new(x.padded_data.unsqueeze(d), mask, x.dims[:d - 1] + (dynamic,) + x.dims[d - 1:], x._zero)
 
 
 @register_distinct(torch.unsqueeze, T.unsqueeze)
 def unsqueeze(x, dim):
     """A new static dim of size 1.  ``unsqueeze(0)`` is ``unsqueeze(1)``: both
     leading dims of the result have size 1 per example."""
-    n = x.data.dim() + 1
+    n = x.padded_data.dim() + 1
     if not -n <= dim < n:
         raise IndexError(f"unsqueeze: dimension {dim} out of range for examples with {n - 1} dims")
     d = dim + n if dim < 0 else dim
@@ -227,13 +227,13 @@ def _squeeze1(x, d, dim):
                 f"squeeze({dim}): dimension {d} is dynamic and has size 1 in some examples but "
                 f"not in others ({lens.tolist()}), so the examples' results would have different "
                 f"numbers of dims. Select an element instead (x[:, 0]) or keep the dim.")
-        data = x.data.narrow(d, 0, 1)
+        data = x.padded_data.narrow(d, 0, 1)
         mask = None if x._mask is None else x._mask.narrow(d, 0, 1).squeeze(d)
         return new(data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:], x._zero)
-    if x.data.size(d) != 1:
+    if x.padded_data.size(d) != 1:
         return x
     mask = None if x._mask is None else x._mask.squeeze(d)
-    return new(x.data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:], x._zero)
+    return new(x.padded_data.squeeze(d), mask, x.dims[:d - 1] + x.dims[d:], x._zero)
 
 
 @register_distinct(torch.squeeze, T.squeeze)
@@ -259,12 +259,12 @@ def _merge(x, s, e):
     group = x.dims[s - 1:e]
     dyn = any(group)
     dims = x.dims[:s - 1] + (dyn,) + x.dims[e:]
-    data = x.data.flatten(s, e)
+    data = x.padded_data.flatten(s, e)
     if x._mask is None:
         return new(data, None, dims)
     if not dyn:
         return new(data, x._mask.flatten(s, e), dims, x._zero)
-    full = x._mask.expand([x.data.size(i) if s <= i <= e else -1 for i in range(x.data.dim())])
+    full = x._mask.expand([x.padded_data.size(i) if s <= i <= e else -1 for i in range(x.padded_data.dim())])
     mask = full.flatten(s, e)
     if not any(group[1:]):
         return new(data, mask, dims, x._zero)  # the first dim leads: real entries already a prefix
@@ -310,7 +310,7 @@ def split_dim(x, dim, n):
     """Split per-example dim ``dim`` of size ``s`` into ``(n, s // n)``
     (``s`` must be divisible by ``n``).  On a MaskedBatch the dim must be
     static."""
-    data = x.data if is_mb(x) else x
+    data = x.padded_data if is_mb(x) else x
     d = dim + data.dim() if dim < 0 else dim
     if not 0 <= d < data.dim():
         raise IndexError(f"split_dim: dimension {dim} out of range for a {data.dim()}-dim value")
@@ -335,8 +335,8 @@ def unflatten(x, dim, sizes):
     d = norm_dim(x, dim, "unflatten")
     if x.dims[d - 1]:
         raise ValueError(f"unflatten: dimension {d} is dynamic; only static dims can be unflattened")
-    data = x.data.unflatten(d, sizes)
-    k = data.dim() - x.data.dim()
+    data = x.padded_data.unflatten(d, sizes)
+    k = data.dim() - x.padded_data.dim()
     mask = x._mask
     if mask is not None:
         mask = mask.reshape(mask.shape[:d] + (1,) * (k + 1) + mask.shape[d + 1:])
@@ -347,7 +347,7 @@ def unflatten(x, dim, sizes):
 def _view_target(x, sizes, op):
     """The padded target shape and result dims of ``x.view(*sizes)`` (sizes
     per example, with the leading 1)."""
-    old = [1] + list(x.data.shape[1:])
+    old = [1] + list(x.padded_data.shape[1:])
     sizes = list(sizes)
     free = [i for i, s in enumerate(sizes) if s == -1]
     if len(free) > 1:
@@ -386,10 +386,10 @@ def _view_target(x, sizes, op):
 
 def _viewed(x, sizes, op):
     if len(sizes) == 1 and isinstance(sizes[0], torch.dtype):
-        return new(x.data.view(sizes[0]), x._mask, x.dims)
+        return new(x.padded_data.view(sizes[0]), x._mask, x.dims)
     sizes, dims = _view_target(x, _sizes(sizes), op)
-    shape = (x.data.size(0),) + tuple(sizes[1:])
-    data = x.data.view(shape) if op == "view" else x.data.reshape(shape)
+    shape = (x.padded_data.size(0),) + tuple(sizes[1:])
+    data = x.padded_data.view(shape) if op == "view" else x.padded_data.reshape(shape)
     mask = x._mask
     if mask is not None:
         mask = mask.reshape([mask.size(0)] + [s if dyn else 1 for s, dyn in zip(sizes[1:], dims)])
@@ -409,7 +409,7 @@ def reshape(x, *sizes):
 
 
 def _shape_of(other):
-    return (1,) + tuple(other.data.shape[1:]) if is_mb(other) else tuple(other.shape)
+    return (1,) + tuple(other.padded_data.shape[1:]) if is_mb(other) else tuple(other.shape)
 
 
 @register_distinct(T.view_as)
@@ -426,9 +426,9 @@ def reshape_as(x, other):
 def _lead(x, sizes, op):
     """Per-example sizes may add leading dims: lay them out after the batch
     dim.  Returns the widened batch and the sizes for data dims 1..."""
-    extra = len(sizes) - x.data.dim()
+    extra = len(sizes) - x.padded_data.dim()
     if extra < 0:
-        raise ValueError(f"{op}{tuple(sizes)}: fewer sizes than the examples' {x.data.dim()} dims")
+        raise ValueError(f"{op}{tuple(sizes)}: fewer sizes than the examples' {x.padded_data.dim()} dims")
     if sizes[0] not in ((1, -1) if extra == 0 else (1,)):
         raise ValueError(f"{op}{tuple(sizes)}: the leading per-example size must stay 1 (the batch "
                          f"dimension)")
@@ -444,9 +444,9 @@ def expand(x, *sizes, implicit=False):
     ``expand_as(other)``."""
     x, rest = _lead(x, _sizes(sizes), "expand")
     for d, (s, dyn) in enumerate(zip(rest, x.dims), 1):
-        if dyn and s not in (-1, x.data.size(d)):
+        if dyn and s not in (-1, x.padded_data.size(d)):
             raise ValueError(f"expand: dimension {d} is dynamic; give it as -1 (or use expand_as)")
-    return new(x.data.expand((x.data.size(0),) + tuple(rest)), x._mask, x.dims)
+    return new(x.padded_data.expand((x.padded_data.size(0),) + tuple(rest)), x._mask, x.dims)
 
 
 @register_distinct(torch.broadcast_to, T.broadcast_to)
@@ -472,7 +472,7 @@ def repeat(x, *sizes):
     x, reps = _lead(x, _sizes(sizes), "repeat")
     static = [1 if dyn else r for r, dyn in zip(reps, x.dims)]
     if any(r != 1 for r in static):
-        x = new(x.data.repeat([1] + static), x._mask, x.dims)
+        x = new(x.padded_data.repeat([1] + static), x._mask, x.dims)
     for d, (r, dyn) in enumerate(zip(reps, x.dims), 1):
         if dyn and r != 1:
             x = _cat([x] * r, d, "repeat")
@@ -486,25 +486,25 @@ def _as_batch(t, ref, op):
         return t
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: expected Tensors or MaskedBatches, got {type(t).__name__}")
-    if t.dim() != ref.data.dim() or t.size(0) != 1:
+    if t.dim() != ref.padded_data.dim() or t.size(0) != 1:
         raise ValueError(
             f"{op}: a plain Tensor of shape {tuple(t.shape)} next to MaskedBatches with "
-            f"{ref.data.dim()}-dim examples must be one shared example: same number of dims "
+            f"{ref.padded_data.dim()}-dim examples must be one shared example: same number of dims "
             f"and a leading 1")
-    return new(t.expand((ref.data.size(0),) + tuple(t.shape[1:])), None, (False,) * (t.dim() - 1))
+    return new(t.expand((ref.padded_data.size(0),) + tuple(t.shape[1:])), None, (False,) * (t.dim() - 1))
 
 
 def _cat(parts, d, op, dynamic=False):
     """Concatenate MaskedBatches along data dim ``d`` per example."""
-    B, n = parts[0].data.size(0), parts[0].data.dim()
+    B, n = parts[0].padded_data.size(0), parts[0].padded_data.dim()
     for p in parts:
-        if p.data.dim() != n or p.data.size(0) != B:
+        if p.padded_data.dim() != n or p.padded_data.size(0) != B:
             raise ValueError(
                 f"{op}: inputs differ in batch size or number of dims "
-                f"({tuple(parts[0].data.shape)} vs {tuple(p.data.shape)})")
+                f"({tuple(parts[0].padded_data.shape)} vs {tuple(p.padded_data.shape)})")
     dims = [any(p.dims[j] for p in parts) for j in range(n - 1)]
     dims[d - 1] = dims[d - 1] or bool(dynamic)
-    sizes = [max(p.data.size(j) for p in parts) for j in range(n)]
+    sizes = [max(p.padded_data.size(j) for p in parts) for j in range(n)]
     for j in range(1, n):
         if j != d and dims[j - 1]:
             owner = next(p for p in parts if p.dims[j - 1])
@@ -514,7 +514,7 @@ def _cat(parts, d, op, dynamic=False):
     masked = any(p._mask is not None for p in parts)
     datas, masks = [], []
     for p in parts:
-        data = p.data
+        data = p.padded_data
         mask = canon_mask(p.mask, data.shape, dims) if masked else None
         for j in range(1, n):
             if j != d and dims[j - 1] and data.size(j) < sizes[j]:
@@ -557,7 +557,7 @@ def cat(sequence, dim=0, *, axis=None, out=None):
         return torch.cat(seq, dim) if out is None else torch.cat(seq, dim, out=out)
     if out is not None:
         raise ValueError("cat: out= is not supported for MaskedBatch")
-    d = _new_dim(dim, ref.data.dim(), "cat")
+    d = _new_dim(dim, ref.padded_data.dim(), "cat")
     return _cat([_as_batch(s, ref, "cat") for s in seq], d, "cat")
 
 
@@ -576,7 +576,7 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
     if not seq:
         raise ValueError("stack needs a non-empty sequence")
     parts = [_as_batch(s, ref, "stack") for s in seq]
-    d = _new_dim(dim, ref.data.dim() + 1, "stack")
+    d = _new_dim(dim, ref.padded_data.dim() + 1, "stack")
     pres = [lanes_present(p, False) for p in parts]
     gaps = any(p is not None for p in pres[:-1])  # an example may lack an item before its last
     held = None
@@ -584,14 +584,14 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
         if all(p is None for p in pres):
             dynamic = False
         else:
-            held = _held(pres, ref.data)
+            held = _held(pres, ref.padded_data)
             # one host read, not one per element: do the lanes differ, and
             # does an item ever exist where the one before it does not?
             same, prefix = torch.stack([(held == held[:1]).all(),
                                         (held[1:] <= held[:-1]).all()]).tolist()
             dynamic, gaps = not same, gaps and not prefix
-    shape = ref.data.shape
-    if all(p.data.shape == shape and not any(p.dims) for p in parts):
+    shape = ref.padded_data.shape
+    if all(p.padded_data.shape == shape and not any(p.dims) for p in parts):
         return _stack_static(parts, pres, held, d, bool(dynamic), gaps)
     return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
 
@@ -609,7 +609,7 @@ def _stack_static(parts, pres, held, d, dynamic, gaps):
     (``pres``: each part's lanes, None for all; ``held``: ``_held(pres)``
     if already made).  ``gaps``: some example lacks an item that one after
     it has."""
-    data = torch.stack([p.data for p in parts], d)
+    data = torch.stack([p.padded_data for p in parts], d)
     dims = (False,) * (d - 1) + (dynamic,) + (False,) * (data.dim() - d - 1)
     if all(p is None for p in pres):
         return new(data, None, dims)
@@ -633,7 +633,7 @@ def unbind(x, dim=0):
     i + 1 (the active lanes of that ``for`` iteration)."""
     d = norm_dim(x, dim, "unbind")
     dims = x.dims[:d - 1] + x.dims[d:]
-    datas = x.data.unbind(d)
+    datas = x.padded_data.unbind(d)
     if x._mask is None:
         return tuple(new(t, None, dims) for t in datas)
     if not x.dims[d - 1]:
@@ -675,8 +675,8 @@ def split(x, split_size_or_sections, dim=0):
                 f"split: dimension {d} is dynamic, so a list of section sizes cannot add up to "
                 f"every example's size; split by an int size or split a static dim")
         mask = _full_mask(x, d)
-        return tuple(new(t, m, x.dims) for t, m in zip(x.data.split(s, d), mask.split(s, d)))
-    return tuple(new(t, x._mask, x.dims) for t in x.data.split(s, d))
+        return tuple(new(t, m, x.dims) for t, m in zip(x.padded_data.split(s, d), mask.split(s, d)))
+    return tuple(new(t, x._mask, x.dims) for t in x.padded_data.split(s, d))
 
 
 @register_distinct(torch.chunk, T.chunk)
@@ -686,7 +686,7 @@ def chunk(x, chunks, dim=0):
         raise ValueError(
             f"chunk: dimension {d} is dynamic, so the chunk size would differ between examples; "
             f"use x.split(size, {dim}) for fixed-size pieces or chunk a static dim")
-    return tuple(new(t, x._mask, x.dims) for t in x.data.chunk(chunks, d))
+    return tuple(new(t, x._mask, x.dims) for t in x.padded_data.chunk(chunks, d))
 
 
 # ------------------------------------------------------------------ flip / cumsum
@@ -704,7 +704,7 @@ def flip(x, *dims):
     prefix."""
     ds = sorted({x._norm_dim(d) for d in _sizes(dims)} - {0})
     static = [d for d in ds if not x.dims[d - 1] or x._mask is None]
-    data = x.data.flip(static) if static else x.data
+    data = x.padded_data.flip(static) if static else x.padded_data
     for d in ds:
         if d not in static:
             data = gather_line(data, d, reversed_index(x._lengths(d), data.size(d)))
@@ -713,14 +713,14 @@ def flip(x, *dims):
 
 def _cumulative(fn, safe):
     def rule(x, dim, *, dtype=None):
-        n = x.data.dim()
+        n = x.padded_data.dim()
         d = dim + n if dim < 0 else dim
         if d == 0:  # over each example's leading 1: the values themselves
-            return new(fn(x.data.unsqueeze(1), 1, dtype=dtype).squeeze(1), x._mask, x.dims)
+            return new(fn(x.padded_data.unsqueeze(1), 1, dtype=dtype).squeeze(1), x._mask, x.dims)
         d = norm_dim(x, d, fn.__name__)
         if not x.dims[d - 1] or x._mask is None:
-            return new(fn(x.data, d, dtype=dtype), x._mask, x.dims)
-        data = x.data if safe is None else neutralize(x, safe)
+            return new(fn(x.padded_data, d, dtype=dtype), x._mask, x.dims)
+        data = x.padded_data if safe is None else neutralize(x, safe)
         out = fn(data, d, dtype=dtype)
         out = torch.where(x._mask, out, torch.zeros((), dtype=out.dtype, device=out.device))
         return new(out, x._mask, x.dims)

@@ -19,15 +19,15 @@ def _softmax_rule(name, fn):
         if isinstance(_stacklevel, torch.dtype):  # torch.softmax(x, dim, dtype) positionally
             dtype = _stacklevel
         if dim is None:  # F.softmax's legacy implicit dim, from the per-example ndim
-            dim = 0 if x.data.dim() in (0, 1, 3) else 1
+            dim = 0 if x.padded_data.dim() in (0, 1, 3) else 1
         try:
             d = norm_dim(x, dim)
         except ValueError as e:
             raise ValueError(f"{name}: {e}") from None
         m = real_mask(x)
         if m is None or not x.dims[d - 1]:
-            return new(fn(x.data, d, dtype=dtype), x._mask, x.dims)
-        data = x.data if dtype is None else x.data.to(dtype)
+            return new(fn(x.padded_data, d, dtype=dtype), x._mask, x.dims)
+        data = x.padded_data if dtype is None else x.padded_data.to(dtype)
         out = fn(keep(m, data, float("-inf")), d)
         return new(keep(m, out, 0.0), x._mask, x.dims, zero=True)
     rule.__name__ = rule.__qualname__ = name

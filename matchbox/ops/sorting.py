@@ -28,7 +28,7 @@ def _sorted(x, dim, descending, op):
     """(values, indices) of a stable sort of MaskedBatch ``x`` along ``dim``,
     real entries first in each example; and the normalized dim."""
     d = norm_dim(x, dim, op)
-    data, m = x.data, real_mask(x)
+    data, m = x.padded_data, real_mask(x)
     dynamic = x.dims[d - 1]
     if dynamic and m is not None:
         data = torch.where(m, data, _last_fill(data.dtype, descending))
@@ -38,7 +38,7 @@ def _sorted(x, dim, descending, op):
 
 def _check_k(x, d, k, op):
     """Every real, active example must have at least ``k`` entries along ``d``."""
-    n = x.data.size(d)
+    n = x.padded_data.size(d)
     if not 1 <= k <= n:
         raise RuntimeError(f"{op}: k={k} is out of range for dimension {d} of size {n}")
     if not x.dims[d - 1]:
@@ -99,8 +99,8 @@ def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):
     """The k-th smallest real entry of each example along ``dim``."""
     d = norm_dim(input, dim, "kthvalue")
     _check_k(input, d, k, "kthvalue")
-    position = torch.full((input.data.size(0),), k - 1, dtype=torch.long,
-                          device=input.data.device)
+    position = torch.full((input.padded_data.size(0),), k - 1, dtype=torch.long,
+                          device=input.padded_data.device)
     return _pick(input, d, position, keepdim, torch.return_types.kthvalue)
 
 
@@ -115,6 +115,6 @@ def median(input, dim=None, keepdim=False, *, out=None):
     if input.dims[d - 1]:
         position = (input._lengths(d) - 1).clamp_min(0) // 2
     else:
-        position = torch.full((input.data.size(0),), (input.data.size(d) - 1) // 2,
-                              dtype=torch.long, device=input.data.device)
+        position = torch.full((input.padded_data.size(0),), (input.padded_data.size(d) - 1) // 2,
+                              dtype=torch.long, device=input.padded_data.device)
     return _pick(input, d, position, keepdim, torch.return_types.median)

@@ -24,8 +24,8 @@ def test_tagger_batched_equals_per_example(mode, B):
     data = [lexicon.sentence(k, 0.5, g) for k in n]
     words, letters, tags = ex.make_batch(data)
     if B > 1:  # some position is rare in one sentence, frequent in another
-        rare = (words.data >= lexicon.frequent) & words.mask
-        freq = (words.data < lexicon.frequent) & words.mask
+        rare = (words.padded_data >= lexicon.frequent) & words.mask
+        freq = (words.padded_data < lexicon.frequent) & words.mask
         assert bool((rare.any(0) & freq.any(0)).any())
     model = small_model(lexicon)
     mb_test(model, words, letters)

@@ -28,7 +28,7 @@ def _model(config):
 def test_batched_equals_per_example(config, lengths, B):
     model = _model(config)
     pred, n = mb_test(model, (B, (True, 7), (False, 4)), lengths=lengths, dtype=torch.float64)
-    counts = n.data.tolist() if isinstance(n, MaskedBatch) else [n] * B
+    counts = n.padded_data.tolist() if isinstance(n, MaskedBatch) else [n] * B
     if lengths == "one":
         assert counts == [0] * B  # one node: already connected, the loop never runs
     if lengths == "mixed" and B > 1:
@@ -43,9 +43,9 @@ def test_trip_count_follows_the_scorer():
     batch = MaskedBatch.fromlist(nodes, (True, False))
     with torch.no_grad():
         model.scorer.bias.fill_(-100.0)  # p = 0: one node per step
-        assert model(batch)[1].data.tolist() == [0, 1, 4, 8]
+        assert model(batch)[1].padded_data.tolist() == [0, 1, 4, 8]
         model.scorer.bias.fill_(100.0)   # p = 1: two nodes per step while two are left
-        assert model(batch)[1].data.tolist() == [0, 1, 2, 4]
+        assert model(batch)[1].padded_data.tolist() == [0, 1, 2, 4]
 
 
 def test_batch_examples_layout():

@@ -57,7 +57,7 @@ def test_batch_loss_is_mean_over_all_target_tokens():
     assert loss.item() == pytest.approx(torch.cat(each, 1).mean().item(), rel=1e-10)
     # a default (mean) cross entropy is each pair's own mean
     per_pair = torch.nn.functional.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out)
-    torch.testing.assert_close(per_pair.data, torch.stack([e.mean() for e in each]))
+    torch.testing.assert_close(per_pair.padded_data, torch.stack([e.mean() for e in each]))
 
 
 def test_decoder_is_causal():
@@ -83,7 +83,7 @@ def test_greedy_decode_stops_per_example(mode, B):
     src, _, _ = ex.make_batch(pairs_for(mode, B, seed=3))
     out = mb_test(lambda s: ex.greedy_decode(model, s, 8), src, grad=False, dtype=torch.float64)
     singles = [ex.greedy_decode(model, s, 8) for s in src.examples()]
-    assert out.size_as_tensor(1).data.tolist() == [s.size(1) for s in singles]
+    assert out.size_as_tensor(1).padded_data.tolist() == [s.size(1) for s in singles]
     for s in singles:  # each decode ends at its first <eos> or at the length limit
         tokens = s.reshape(-1).tolist()
         assert ex.EOS not in tokens[:-1] and (tokens[-1] == ex.EOS or len(tokens) == 8)
@@ -96,7 +96,7 @@ def test_greedy_decode_lengths_differ():
     model = small_model(scale=3.0)
     src, _, _ = ex.make_batch(pairs_for("mixed", 6, seed=3))
     out = ex.greedy_decode(model, src, 8)
-    lengths = out.size_as_tensor(1).data.tolist()
+    lengths = out.size_as_tensor(1).padded_data.tolist()
     assert out.dims == (True,) and len(set(lengths)) > 1 and 8 in lengths, lengths
 
 

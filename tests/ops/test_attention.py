@@ -99,8 +99,8 @@ def test_sdpa_gqa_and_shared_key(lengths):
 def test_sdpa_padded_rows_finite_and_zero():
     x = poison(MaskedBatch.fromlist([torch.randn(1, n, 4) for n in (1, 4)], (True, False)))
     out = sdpa(x, x, x, is_causal=True)
-    assert torch.isfinite(out.data).all()
-    assert (out.data[0, 1:] == 0).all()
+    assert torch.isfinite(out.padded_data).all()
+    assert (out.padded_data[0, 1:] == 0).all()
     assert out.dims == (True, False) and out._mask is x._mask
 
 
@@ -111,7 +111,7 @@ def test_sdpa_dormant_lanes():
     x = poison(MaskedBatch.fromlist(xs, (True, False)))
     with lanes(torch.tensor([True, False, True])):
         out = sdpa(x, x, x, is_causal=True)
-    assert torch.isfinite(out.data).all()
+    assert torch.isfinite(out.padded_data).all()
     for b in (0, 2):
         torch.testing.assert_close(out.examples()[b], sdpa(xs[b], xs[b], xs[b], is_causal=True))
 
@@ -256,16 +256,16 @@ def nan_cotangent_grads(f, x, params):
     every non-real entry: a rule must drop it there."""
     out = f(x)
     out = out[0] if isinstance(out, tuple) else out
-    g = torch.where(out.mask, torch.randn_like(out.data), float("nan"))
-    out.data.backward(g)
-    return [x.data.grad] + [p.grad for p in params]
+    g = torch.where(out.mask, torch.randn_like(out.padded_data), float("nan"))
+    out.padded_data.backward(g)
+    return [x.padded_data.grad] + [p.grad for p in params]
 
 
 @pytest.mark.parametrize("which", ["sdpa", "mha"])
 def test_nan_cotangent_at_padding_is_dropped(which):
     x = MaskedBatch.fromlist([torch.randn(1, n, 8, dtype=D, requires_grad=True) for n in (1, 4, 2)],
                              (True, False))
-    x = MaskedBatch(x.data.detach().requires_grad_(), x._mask, x.dims)
+    x = MaskedBatch(x.padded_data.detach().requires_grad_(), x._mask, x.dims)
     m = mha(8, 2)
     f = (lambda x: sdpa(x, x, x, is_causal=True)) if which == "sdpa" else (lambda x: m(x, x, x))
     params = [] if which == "sdpa" else list(m.parameters())

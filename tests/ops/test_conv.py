@@ -151,7 +151,7 @@ def test_conv_output_lengths_follow_each_example():
     assert y.dims == (False, True)
     assert y.mask.shape == (3, 1, max(expect))
     # non-real outputs are exactly 0, so nothing downstream can pull a gradient through them
-    assert torch.equal(y.data[0, :, expect[0]:], torch.zeros_like(y.data[0, :, expect[0]:]))
+    assert torch.equal(y.padded_data[0, :, expect[0]:], torch.zeros_like(y.padded_data[0, :, expect[0]:]))
 
 
 @pytest.mark.parametrize("op", [
@@ -167,8 +167,8 @@ def test_output_padding_is_inert(op):
     xs = [torch.randn(1, 2, n, dtype=D, requires_grad=True) for n in (2, 6, 4)]
     x = MaskedBatch.fromlist(xs, (False, True))
     y = op(poison(x))
-    assert not y.data.masked_fill(y.mask, 0).any()
-    y.data.sum().backward()
+    assert not y.padded_data.masked_fill(y.mask, 0).any()
+    y.padded_data.sum().backward()
     for xe in xs:
         g = xe.grad
         xe.grad = None

@@ -78,7 +78,7 @@ def test_per_example_index(mode, dim, spec):
     idx = _index_batch(x, dim)
     sl = (slice(None),) * dim
     y = mb_test(lambda x, i: x[sl + (i,)], x, idx, dtype=torch.float64)
-    assert y.data.size(dim) == 1
+    assert y.padded_data.size(dim) == 1
     mb_test(lambda x, i: x[sl + (i,)].squeeze(dim), x, idx, dtype=torch.float64)
     mb_test(lambda x, i: x.index_select(dim, i), x, _index_batch(x, dim, negative=False),
             dtype=torch.float64)
@@ -202,7 +202,7 @@ def test_dormant_lane_gets_zero_gradient():
     idx = MaskedBatch(torch.tensor([5, -1]), None, ())
     with lanes(torch.tensor([False, True])):
         y = x[:, idx]
-    y.data.sum().backward()
+    y.padded_data.sum().backward()
     assert data.grad[0].abs().sum() == 0
     assert data.grad[1, 2].tolist() == [1.0, 1.0]
 
@@ -211,13 +211,13 @@ ERRORS = [
     (lambda x: x[0], ValueError, "leading 1"),
     (lambda x: x[1:], ValueError, "leading 1"),
     (lambda x: x[:, ::-1], ValueError, "flip"),
-    (lambda x: x[:, x.data[:, :, 0] > 0], NotImplementedError, "where"),
+    (lambda x: x[:, x.padded_data[:, :, 0] > 0], NotImplementedError, "where"),
     (lambda x: x[:, :, :, 0], IndexError, "too many"),
     (lambda x: x[:, 7], IndexError, "out of range"),
     (lambda x: x[:, :, 5], IndexError, "out of range"),
     (lambda x: x[:, torch.tensor([0]), torch.tensor([1])], NotImplementedError, "one"),
-    (lambda x: torch.masked_select(x, x.data > 0), NotImplementedError, "different number"),
-    (lambda x: x.masked_select(x.data > 0), NotImplementedError, "different number"),
+    (lambda x: torch.masked_select(x, x.padded_data > 0), NotImplementedError, "different number"),
+    (lambda x: x.masked_select(x.padded_data > 0), NotImplementedError, "different number"),
     (lambda x: x.narrow(1, 1, 2), IndexError, "example 0"),
     (lambda x: x.index_select(1, torch.tensor([-1])), IndexError, "out of range"),
     (lambda x: x.gather(2, torch.zeros(1, 2, 2, dtype=torch.long)), ValueError, "larger"),

@@ -56,7 +56,7 @@ def _check_reduced(fn, args, dims, reduction):
     'mean'/'sum'/'batchmean' give one 0-dim value per example."""
     out = mb_test(fn, *[MaskedBatch.fromlist(a, d) for a, d in zip(args, dims)], dtype=DT)
     if reduction != "none":
-        assert isinstance(out, MaskedBatch) and out.dims == () and out.data.shape == (len(args[0]),)
+        assert isinstance(out, MaskedBatch) and out.dims == () and out.padded_data.shape == (len(args[0]),)
         assert all(fn(*ex).dim() == 0 for ex in zip(*args))
     return out
 
@@ -115,7 +115,7 @@ def test_cross_entropy_default_is_each_examples_mean():
     xs, xd, ts, td = _class_examples("seq", [2, 5, 1])
     out = F.cross_entropy(MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td))
     assert isinstance(out, MaskedBatch) and out.dims == ()
-    torch.testing.assert_close(out.data, torch.stack([F.cross_entropy(x, t) for x, t in zip(xs, ts)]))
+    torch.testing.assert_close(out.padded_data, torch.stack([F.cross_entropy(x, t) for x, t in zip(xs, ts)]))
 
 
 @pytest.mark.usefixtures("row_strategy")
@@ -136,7 +136,7 @@ def test_cross_entropy_legacy_size_average():
     xs, xd, ts, td = _class_examples("seq", [2, 3])
     out = F.cross_entropy(MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td), size_average=False)
     want = [F.cross_entropy(x, t, reduction="sum") for x, t in zip(xs, ts)]
-    torch.testing.assert_close(out.data, torch.stack(want))
+    torch.testing.assert_close(out.padded_data, torch.stack(want))
 
 
 @pytest.mark.usefixtures("row_strategy")
@@ -145,19 +145,19 @@ def test_cross_entropy_nan_padding_and_garbage_targets():
     xs, xd, ts, td = _class_examples("seq", lengths)
     xb = MaskedBatch.fromlist(xs, xd)
     tb = MaskedBatch.fromlist(ts, td)
-    xdata = xb.data.clone()
+    xdata = xb.padded_data.clone()
     xdata[~xb.mask.expand_as(xdata)] = float("nan")
-    tdata = tb.data.clone()
+    tdata = tb.padded_data.clone()
     tdata[~tb.mask] = 10 ** 6
     x = MaskedBatch(xdata.requires_grad_(), xb.mask, xd)
     t = MaskedBatch(tdata, tb.mask, td)
     for reduction in ("mean", "sum"):
         loss = F.cross_entropy(x, t, reduction=reduction, label_smoothing=0.1)
         want = [F.cross_entropy(e, f, reduction=reduction, label_smoothing=0.1) for e, f in zip(xs, ts)]
-        torch.testing.assert_close(loss.data, torch.stack(want))
-        x.data.grad = None
+        torch.testing.assert_close(loss.padded_data, torch.stack(want))
+        x.padded_data.grad = None
         loss.backward()
-        g = x.data.grad
+        g = x.padded_data.grad
         assert torch.isfinite(g).all()
         assert (g[~xb.mask.expand_as(g)] == 0).all()
     out = F.cross_entropy(x, t, reduction="none")
@@ -169,15 +169,15 @@ def test_cross_entropy_nan_padding_and_garbage_targets():
 def test_cross_entropy_dormant_lanes_excluded():
     xs, xd, ts, td = _class_examples("class", [1, 1, 1])
     xb, tb = MaskedBatch.fromlist(xs, xd), MaskedBatch.fromlist(ts, td)
-    tb.data[1] = 99  # dormant lane: garbage must not raise
-    xb.data.requires_grad_()
+    tb.padded_data[1] = 99  # dormant lane: garbage must not raise
+    xb.padded_data.requires_grad_()
     with lanes(torch.tensor([True, False, True])):
         loss = F.cross_entropy(xb, tb)
     want = [F.cross_entropy(xs[j], ts[j]) for j in (0, 2)]
-    torch.testing.assert_close(loss.data[[0, 2]], torch.stack(want))
-    assert torch.isfinite(loss.data).all()
+    torch.testing.assert_close(loss.padded_data[[0, 2]], torch.stack(want))
+    assert torch.isfinite(loss.padded_data).all()
     loss.backward()
-    assert (xb.data.grad[1] == 0).all()  # a dormant lane gets no gradient
+    assert (xb.padded_data.grad[1] == 0).all()  # a dormant lane gets no gradient
 
 
 def test_cross_entropy_errors():
@@ -318,27 +318,27 @@ def test_bce_with_weight_tensor():
 def test_mse_nan_padding():
     xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], "mixed")
     xb, tb = MaskedBatch.fromlist(xs, dims), MaskedBatch.fromlist(ts, dims)
-    xdata = xb.data.clone()
+    xdata = xb.padded_data.clone()
     xdata[~xb.mask.expand_as(xdata)] = float("nan")
-    tdata = tb.data.clone()
+    tdata = tb.padded_data.clone()
     tdata[~tb.mask.expand_as(tdata)] = float("inf")
     x = MaskedBatch(xdata.requires_grad_(), xb.mask, dims)
     t = MaskedBatch(tdata, tb.mask, dims)
     for fn in (F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.binary_cross_entropy_with_logits):
         tt = t if fn is not F.binary_cross_entropy_with_logits else MaskedBatch(tdata.abs().clamp(max=1), tb.mask, dims)
         loss = fn(x, tt)
-        assert torch.isfinite(loss.data).all()
-        x.data.grad = None
+        assert torch.isfinite(loss.padded_data).all()
+        x.padded_data.grad = None
         loss.backward()
-        assert torch.isfinite(x.data.grad).all()
-        assert (x.data.grad[~xb.mask.expand_as(xdata)] == 0).all()
+        assert torch.isfinite(x.padded_data.grad).all()
+        assert (x.padded_data.grad[~xb.mask.expand_as(xdata)] == 0).all()
 
 
 def test_bce_none_with_garbage_padding_does_not_raise():
     xs = [torch.rand(1, n, dtype=DT) for n in (1, 3)]
     ts = [torch.rand(1, n, dtype=DT) for n in (1, 3)]
     xb = MaskedBatch.fromlist(xs, (True,))
-    xdata = xb.data.clone()
+    xdata = xb.padded_data.clone()
     xdata[~xb.mask] = 7.0  # outside [0, 1]: torch would refuse it
     x = MaskedBatch(xdata, xb.mask, (True,))
     out = F.binary_cross_entropy(x, MaskedBatch.fromlist(ts, (True,)), reduction="none")

@@ -67,7 +67,7 @@ def test_matmul_scalar_per_example():
     # per example (1,) @ (1,) is a dot product: one scalar per example
     x = MaskedBatch.fromlist([torch.tensor([2.0]), torch.tensor([3.0])])
     y = x @ torch.tensor([5.0])
-    assert y.dims == () and y.data.tolist() == [10.0, 15.0]
+    assert y.dims == () and y.padded_data.tolist() == [10.0, 15.0]
 
 
 @pytest.mark.parametrize("lengths", LENGTHS)
@@ -90,7 +90,7 @@ def test_result_mask_is_outer_product():
     a = MaskedBatch.fromlist([torch.randn(1, 2, 3), torch.randn(1, 4, 3)], (True, False))
     b = MaskedBatch.fromlist([torch.randn(1, 3, 5), torch.randn(1, 3, 1)], (False, True))
     y = a @ b
-    assert y.dims == (True, True) and y.data.shape == (2, 4, 5)
+    assert y.dims == (True, True) and y.padded_data.shape == (2, 4, 5)
     want = torch.zeros(2, 4, 5, dtype=torch.bool)
     want[0, :2, :5] = True
     want[1, :4, :1] = True
@@ -103,8 +103,8 @@ def test_padding_gets_zero_gradient_in_shared_weight():
     x = poison(x, float("inf"))
     W = torch.randn(3, 2, requires_grad=True)
     y = x @ W
-    assert torch.isfinite(y.data).all()
-    (y.data * torch.randn_like(y.data)).sum().backward()
+    assert torch.isfinite(y.padded_data).all()
+    (y.padded_data * torch.randn_like(y.padded_data)).sum().backward()
     assert torch.isfinite(W.grad).all()
 
 
@@ -112,10 +112,10 @@ def test_dormant_lanes_do_not_leak():
     x = MaskedBatch.fromlist([torch.randn(1, n, 3) for n in (2, 4)], (True, False))
     W = torch.randn(3, 2, requires_grad=True)
     with lanes(torch.tensor([True, False])):
-        y = MaskedBatch._new(x.data.masked_fill(torch.tensor([False, True])[:, None, None], float("nan")),
+        y = MaskedBatch._new(x.padded_data.masked_fill(torch.tensor([False, True])[:, None, None], float("nan")),
                              x._mask, x.dims) @ W
-    assert torch.isfinite(y.data).all() and (y.data[1] == 0).all()
-    y.data.sum().backward()
+    assert torch.isfinite(y.padded_data).all() and (y.padded_data[1] == 0).all()
+    y.padded_data.sum().backward()
     assert torch.isfinite(W.grad).all()
 
 

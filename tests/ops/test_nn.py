@@ -167,7 +167,7 @@ def test_embedding_static_and_2d(lengths):
 def test_embedding_garbage_padding_indices():
     lengths = [1, 4, 2]
     idx, xs = _index_batch(lengths)
-    data = idx.data.clone()
+    data = idx.padded_data.clone()
     data[~idx.mask] = torch.tensor([999, -5, 10**9, 10, -1, 42])[: int((~idx.mask).sum())]
     garbage = MaskedBatch(data, idx.mask, (True,))
     emb = nn.Embedding(10, 3).double()
@@ -194,9 +194,9 @@ def test_embedding_dormant_lane_does_not_raise():
     with lanes(torch.tensor([True, False])):
         out = emb(idx)
     torch.testing.assert_close(out.examples()[0], emb(torch.tensor([[1, 2]])))
-    assert torch.isfinite(out.data).all()
+    assert torch.isfinite(out.padded_data).all()
     emb.zero_grad()
-    out.data.sum().backward()
+    out.padded_data.sum().backward()
     # only the active lane's rows get gradient
     rows = emb.weight.grad.abs().sum(1).nonzero().flatten().tolist()
     assert rows == [1, 2]
@@ -240,15 +240,15 @@ def test_dropout_training():
     x.requires_grad_()
     y = nn.Dropout(0.5)(x)
     assert y.dims == x.dims and y._mask is x._mask
-    kept = y.data != 0
-    torch.testing.assert_close(y.data[kept], 2 * x.data[kept])
+    kept = y.padded_data != 0
+    torch.testing.assert_close(y.padded_data[kept], 2 * x.padded_data[kept])
     frac = kept[x.mask.expand_as(kept)].double().mean().item()
     assert 0.35 < frac < 0.65
-    y.data.sum().backward()
-    real = x.mask.expand_as(x.data)
-    torch.testing.assert_close(x.data.grad[real], kept[real].double() * 2)
+    y.padded_data.sum().backward()
+    real = x.mask.expand_as(x.padded_data)
+    torch.testing.assert_close(x.padded_data.grad[real], kept[real].double() * 2)
     # alpha dropout and dropout1d run on the data too
-    assert F.alpha_dropout(x, 0.2, training=False).data is not None
+    assert F.alpha_dropout(x, 0.2, training=False).padded_data is not None
     z = F.dropout1d(MaskedBatch.fromlist([torch.ones(1, 4, n) for n in (2, 5)], (False, True)), 0.5)
     assert z.dims == (False, True)
 
@@ -288,7 +288,7 @@ def test_nan_padding_gives_clean_param_grads(which, fill):
         assert torch.isfinite(got[k]).all(), k
         torch.testing.assert_close(got[k], want[k])
     # the input's gradient is finite, and exactly zero on padding
-    g = x.data.grad
+    g = x.padded_data.grad
     assert torch.isfinite(g).all()
     assert (g[~mask.expand_as(g)] == 0).all()
 
@@ -296,7 +296,7 @@ def test_nan_padding_gives_clean_param_grads(which, fill):
 def test_nan_padding_embedding_then_linear():
     lengths = [2, 1, 3]
     idx, xs = _index_batch(lengths)
-    data = idx.data.clone()
+    data = idx.padded_data.clone()
     data[~idx.mask] = -7
     idx = MaskedBatch(data, idx.mask, (True,))
     torch.manual_seed(0)
@@ -336,5 +336,5 @@ def test_rules_that_skip_the_cut_of_a_read_still_cut(op):
         read = MaskedBatch._read(MaskedBatch(x, None, (False,)), cut)
         with lanes(active):
             out = op(read)
-        g, = torch.autograd.grad((out.data * torch.arange(1.0, 4.0)).sum(), x)
+        g, = torch.autograd.grad((out.padded_data * torch.arange(1.0, 4.0)).sum(), x)
         assert torch.equal(g[1], torch.zeros(3)) and bool((g[0] != 0).any())

@@ -158,7 +158,7 @@ def test_nan_padding_never_reaches_a_broadcast_parameter(name, lengths):
     xs = [torch.randn(1, n, 3, dtype=torch.float64, requires_grad=True) for n in lengths]
     want = torch.autograd.grad(sum(f(x, w).sum() for x in xs), [w] + xs)
     x = poison(MaskedBatch.fromlist(xs, (True, False)))
-    got = torch.autograd.grad(f(x, w).sum(1).data.sum(), [w] + xs)
+    got = torch.autograd.grad(f(x, w).sum(1).padded_data.sum(), [w] + xs)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
 
@@ -215,4 +215,4 @@ def test_like_factories_keep_mask_and_dims(fn, lengths):
     from matchbox.test_utils import mb_rand
     x = mb_rand(3, (True, 4))
     y = torch.empty_like(x)
-    assert y.dims == x.dims and y.data.shape == x.data.shape
+    assert y.dims == x.dims and y.padded_data.shape == x.padded_data.shape

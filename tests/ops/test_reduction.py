@@ -96,10 +96,10 @@ def test_sum_dtype_and_int_input():
     mb_test(lambda x: torch.sum(poison(x), 1, dtype=torch.float32), SPECS["dyn_static"],
             lengths="mixed", **kw)
     x = MaskedBatch.fromlist([torch.tensor([[3, 1]]), torch.tensor([[2, 5, 7]])], (True,))
-    assert x.sum(1).data.tolist() == [4, 14]
-    assert x.max(1).values.data.tolist() == [3, 7]
-    assert x.min(1).values.data.tolist() == [1, 2]
-    assert x.prod(1).data.tolist() == [3, 70]
+    assert x.sum(1).padded_data.tolist() == [4, 14]
+    assert x.max(1).values.padded_data.tolist() == [3, 7]
+    assert x.min(1).values.padded_data.tolist() == [1, 2]
+    assert x.prod(1).padded_data.tolist() == [3, 70]
 
 
 @pytest.mark.parametrize("correction", [1, 2])
@@ -125,7 +125,7 @@ def test_max_returns_named_pair():
     r = torch.max(x, 1)
     assert isinstance(r, torch.return_types.max)
     values, indices = r
-    assert values.data.tolist() == [5.0, 9.0] and indices.data.tolist() == [1, 2]
+    assert values.padded_data.tolist() == [5.0, 9.0] and indices.padded_data.tolist() == [1, 2]
     assert r.indices is indices and values.dims == ()
 
 
@@ -138,10 +138,10 @@ def test_max_min_binary_forms():
 def test_full_reduction_layout():
     x = MaskedBatch.fromlist([torch.ones(1, 2, 3), torch.ones(1, 4, 3)], (True, False))
     s = x.sum()
-    assert s.data.shape == (2,) and s.dims == () and s.data.tolist() == [6.0, 12.0]
+    assert s.padded_data.shape == (2,) and s.dims == () and s.padded_data.tolist() == [6.0, 12.0]
     s = x.mean(keepdim=True, dim=None)
-    assert s.data.shape == (2, 1, 1) and s.dims == (False, False)
-    assert torch.argmax(x).data.tolist() == [0, 0]
+    assert s.padded_data.shape == (2, 1, 1) and s.dims == (False, False)
+    assert torch.argmax(x).padded_data.tolist() == [0, 0]
 
 
 def test_result_mask_and_dims():
@@ -152,15 +152,15 @@ def test_result_mask_and_dims():
     assert s.dims == (False, True) and s.mask.shape == (2, 1, 3)
     assert s.mask.tolist() == [[[True, True, True]], [[True, False, False]]]
     s = x.sum((1, 2))
-    assert s.dims == () and s.data.shape == (2,)
+    assert s.dims == () and s.padded_data.shape == (2,)
 
 
 def test_argmax_flat_index_is_per_example():
     a = torch.tensor([[[0.0, 1.0], [2.0, 0.0]]])          # (1, 2, 2): max at flat 2
     b = torch.tensor([[[0.0, 0.0, 0.0], [0.0, 0.0, 5.0]]])  # (1, 2, 3): max at flat 5
     x = MaskedBatch.fromlist([a, b], (False, True))
-    assert torch.argmax(x).data.tolist() == [2, 5]
-    assert x.argmax(keepdim=True).data.shape == (2, 1, 1)
+    assert torch.argmax(x).padded_data.tolist() == [2, 5]
+    assert x.argmax(keepdim=True).padded_data.shape == (2, 1, 1)
 
 
 def test_padding_only_rows_stay_finite():
@@ -169,20 +169,20 @@ def test_padding_only_rows_stay_finite():
                                 torch.tensor([2, 0]), dim=1)
     for f in (lambda x: x.mean(1), lambda x: x.std(1, correction=0), lambda x: x.norm(dim=1)):
         y = f(poison(x))
-        assert torch.isfinite(y.data).all()
-        x.data.grad = None
-        y.data.sum().backward()
-        assert torch.isfinite(x.data.grad).all()
+        assert torch.isfinite(y.padded_data).all()
+        x.padded_data.grad = None
+        y.padded_data.sum().backward()
+        assert torch.isfinite(x.padded_data.grad).all()
 
 
 def test_dormant_lanes_do_not_leak():
     x = MaskedBatch.fromlist([torch.randn(1, n, dtype=torch.float64) for n in (3, 2)], (True,))
-    x.data.requires_grad_(True)
+    x.padded_data.requires_grad_(True)
     with lanes(torch.tensor([True, False])):
         y = poison(x, float("inf")).std(1)
-    assert torch.isfinite(y.data[0]) and torch.isfinite(y.data).all()
-    y.data.sum().backward()
-    assert torch.isfinite(x.data.grad).all() and (x.data.grad[1] == 0).all()
+    assert torch.isfinite(y.padded_data[0]) and torch.isfinite(y.padded_data).all()
+    y.padded_data.sum().backward()
+    assert torch.isfinite(x.padded_data.grad).all() and (x.padded_data.grad[1] == 0).all()
 
 
 @pytest.mark.parametrize("f", [

@@ -104,10 +104,10 @@ def test_result_mask_is_conjunction_and_bad_lanes_are_clean(kind):
         outs = [out]
     for o, r in zip(outs, ref):
         assert torch.equal(o.mask, mx & mh)
-        assert torch.isfinite(o.data).all()
-        torch.testing.assert_close(o.data[:1], r)
+        assert torch.isfinite(o.padded_data).all()
+        torch.testing.assert_close(o.padded_data[:1], r)
     cell.zero_grad()
-    sum(o.data[0].sum() for o in outs).backward()
+    sum(o.padded_data[0].sum() for o in outs).backward()
     got = [p.grad.clone() for p in cell.parameters()]
     cell.zero_grad()
     sum(r.sum() for r in ref).backward()
@@ -123,8 +123,8 @@ def test_dormant_lane_is_zero_and_finite():
     xb = MaskedBatch(x, None, (False,))
     with lanes(torch.tensor([True, False])):
         out = cell(xb)
-    assert torch.isfinite(out.data).all()
-    torch.testing.assert_close(out.data[:1], cell(x[:1]))
+    assert torch.isfinite(out.padded_data).all()
+    torch.testing.assert_close(out.padded_data[:1], cell(x[:1]))
 
 
 @pytest.mark.usefixtures("row_strategy")
@@ -139,13 +139,13 @@ def test_cut_of_a_read_made_under_other_lanes_is_kept():
         read = MaskedBatch._read(MaskedBatch(x, None, (False,)), cut)
         with lanes(active):
             out = cell(read)
-        g, = torch.autograd.grad(out.data.sum(), x)
+        g, = torch.autograd.grad(out.padded_data.sum(), x)
         assert torch.equal(g[1], torch.zeros(2)) and bool((g[0] != 0).all())
     read = MaskedBatch._read(MaskedBatch(x, None, (False,)), cut)
     with lanes(cut):  # the same lanes: the cell leaves lane 1 out by itself
         out = cell(read)
     assert read._cut is cut  # no where was made
-    g, = torch.autograd.grad(out.data.sum(), x)
+    g, = torch.autograd.grad(out.padded_data.sum(), x)
     assert torch.equal(g[1], torch.zeros(2)) and bool((g[0] != 0).all())
 
 
@@ -205,9 +205,9 @@ def test_state_changed_in_place_after_the_cell_is_not_taken_as_kept(row_strategy
     with torch.no_grad(), lanes(active):
         new = cell(x, h)
         assert (select(active, new, h) is new) == (row_strategy == "gather")
-        h.data.mul_(2)
+        h.padded_data.mul_(2)
         got = select(active, new, h)
-    torch.testing.assert_close(got.data, torch.where(active[:, None], new.data, h.data))
+    torch.testing.assert_close(got.padded_data, torch.where(active[:, None], new.padded_data, h.padded_data))
 
 
 def test_errors():

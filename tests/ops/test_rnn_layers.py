@@ -24,7 +24,7 @@ IN, HID, T = 3, 2, 5
 def torch_layout(h):
     """A state given per example as (1, L*D, H) -> torch's (L*D, 1, H); batched
     (B, L*D, H) -> (L*D, B, H).  The test's way to feed mb_test-made states."""
-    return (h.data if isinstance(h, MaskedBatch) else h).transpose(0, 1)
+    return (h.padded_data if isinstance(h, MaskedBatch) else h).transpose(0, 1)
 
 
 def run(layer, x, *h0):
@@ -76,12 +76,12 @@ def test_output_mask_and_state_layout():
     xs = [torch.randn(1, n, IN) for n in (2, 5, 1)]
     x = MaskedBatch.fromlist(xs, (True, False))
     out, h = layer(x)
-    assert torch.equal(out.mask, x.mask) and out.data.shape == (3, 5, 2 * HID)
+    assert torch.equal(out.mask, x.mask) and out.padded_data.shape == (3, 5, 2 * HID)
     assert type(h) is torch.Tensor and h.shape == (4, 3, HID)
     for b, xb in enumerate(xs):  # final states: each example's own last step
         torch.testing.assert_close(h[:, b:b + 1], layer(xb)[1])
     # the backward direction's h_n is its output at the example's FIRST step
-    torch.testing.assert_close(h[-1], out.data[:, 0, HID:])
+    torch.testing.assert_close(h[-1], out.padded_data[:, 0, HID:])
 
 
 def test_state_rows_and_chaining():
@@ -137,8 +137,8 @@ def test_dormant_and_empty_lanes_keep_their_state(kind):
     for s, s0 in zip(states, starts):
         torch.testing.assert_close(s[:, 1:], s0[:, 1:])  # lanes 1 (dormant) and 2 (empty)
     ref = layer(data[:1, :2], tuple(s[:, :1] for s in starts) if kind == "lstm" else h0[:, :1])
-    torch.testing.assert_close(out.data[:1, :2], ref[0])
-    assert (out.data[1:] == 0).all()
+    torch.testing.assert_close(out.padded_data[:1, :2], ref[0])
+    assert (out.padded_data[1:] == 0).all()
     sum(s[:, 1:].sum() for s in states).backward()  # only the lanes that did not run
     assert all(p.grad is None or (p.grad == 0).all() for p in layer.parameters())
 
@@ -153,7 +153,7 @@ def test_dropout():
     layer = nn.GRU(IN, HID, num_layers=2, dropout=0.5, batch_first=True)
     x = MaskedBatch.fromlist([torch.randn(1, n, IN) for n in (2, 5)], (True, False))
     train, evald = layer.train()(x)[0], layer.eval()(x)[0]
-    assert torch.equal(train.mask, x.mask) and torch.isfinite(train.data).all()
+    assert torch.equal(train.mask, x.mask) and torch.isfinite(train.padded_data).all()
     assert not torch.allclose(train.to_padded(), evald.to_padded())  # dropout was applied
 
 

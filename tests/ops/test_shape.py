@@ -112,7 +112,7 @@ def test_unbind_dynamic_marks_lanes():
         assert p.mask[:, 0].tolist() == [i < n for n in (1, 3, 2)]
         for b, xe in enumerate(xs):
             if i < xe.size(1):
-                assert torch.equal(p.data[b], xe[0, i])
+                assert torch.equal(p.padded_data[b], xe[0, i])
 
 
 def test_split_dynamic_marks_lanes():
@@ -177,7 +177,7 @@ def test_nan_padding_does_not_reach_real_entries(f):
         x = MaskedBatch.from_padded(d.clone().requires_grad_(), lengths)
         y = f(x).tanh()
         y.to_padded(0).sum().backward()
-        return y.to_padded(0), x.data.grad, x.mask.expand_as(d)
+        return y.to_padded(0), x.padded_data.grad, x.mask.expand_as(d)
 
     clean_y, clean_g, real = grad(data)
     data[0, 2:] = float("nan")
@@ -247,7 +247,7 @@ def test_cat_length_mismatch_error():
 
 def test_cat_dormant_lane_is_not_checked():
     x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (1, 3)], (True, False))
-    y = MaskedBatch(x.data.clone(), x.mask & torch.tensor([True, False]).view(2, 1, 1), (True, False))
+    y = MaskedBatch(x.padded_data.clone(), x.mask & torch.tensor([True, False]).view(2, 1, 1), (True, False))
     out = torch.cat([x, y], 2)
     assert torch.equal(out.examples()[0], torch.cat([x.examples()[0]] * 2, 2))
     with lanes(torch.tensor([True, False])):

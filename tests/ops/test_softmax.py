@@ -77,9 +77,9 @@ def test_row_without_real_entries_is_zero_not_nan():
     x = MaskedBatch.from_padded(data, torch.tensor([2, 0]), dim=1)   # example 1 is empty
     for f in (torch.softmax, torch.log_softmax):
         y = f(poison(x), 1)
-        assert torch.isfinite(y.data).all()
+        assert torch.isfinite(y.padded_data).all()
         data.grad = None
-        (y.data * torch.randn_like(y.data)).sum().backward()
+        (y.padded_data * torch.randn_like(y.padded_data)).sum().backward()
         assert torch.isfinite(data.grad).all() and (data.grad[1] == 0).all()
 
 
@@ -88,20 +88,20 @@ def test_attention_weights_give_finite_value_gradients():
     q = MaskedBatch.fromlist([torch.randn(1, n, 4, dtype=torch.float64) for n in (1, 3)], (True, False))
     k = MaskedBatch.fromlist([torch.randn(1, n, 4, dtype=torch.float64) for n in (1, 3)], (True, False))
     v = MaskedBatch.fromlist([torch.randn(1, n, 4, dtype=torch.float64) for n in (1, 3)], (True, False))
-    v.data.requires_grad_(True)
-    scores = MaskedBatch._new(poison(q).data @ poison(k).data.transpose(1, 2),
+    v.padded_data.requires_grad_(True)
+    scores = MaskedBatch._new(poison(q).padded_data @ poison(k).padded_data.transpose(1, 2),
                               q._mask[:, :, :1] & k._mask[:, None, :, 0], (True, True))
     out = torch.softmax(poison(scores, float("inf")), -1) @ poison(v)
-    (out.data * torch.randn_like(out.data)).sum().backward()
-    assert torch.isfinite(v.data.grad).all()
+    (out.padded_data * torch.randn_like(out.padded_data)).sum().backward()
+    assert torch.isfinite(v.padded_data.grad).all()
 
 
 def test_dormant_lane_is_finite():
     x = MaskedBatch.fromlist([torch.randn(1, 3), torch.randn(1, 2)], (True,))
     with lanes(torch.tensor([True, False])):
         y = torch.softmax(poison(x), 1)
-    assert torch.isfinite(y.data).all()
-    assert torch.allclose(y.data[0], torch.softmax(x.data[0], 0))
+    assert torch.isfinite(y.padded_data).all()
+    assert torch.allclose(y.padded_data[0], torch.softmax(x.padded_data[0], 0))
 
 
 def test_softmax_over_batch_dim_raises():

@@ -30,16 +30,16 @@ def zero_padded(feat=4, lengths=LENGTHS, seed=0):
 
 def nan_padded(feat=4, lengths=LENGTHS, seed=0):
     x = zero_padded(feat, lengths, seed)
-    data = x.data.masked_fill(~x.mask, float("nan"))
+    data = x.padded_data.masked_fill(~x.mask, float("nan"))
     return MaskedBatch.from_padded(data, torch.tensor(lengths))
 
 
 def assert_zero_padding(out):
     assert out._zero, "expected the rule to mark its padding as zero"
     assert out._mask is not None
-    pad = ~out._mask.expand_as(out.data)
+    pad = ~out._mask.expand_as(out.padded_data)
     assert pad.any()
-    assert (out.data[pad] == 0).all(), out.data[pad]
+    assert (out.padded_data[pad] == 0).all(), out.padded_data[pad]
 
 
 def test_sources():
@@ -116,11 +116,11 @@ def test_ops_that_do_not_keep_it(make):
 
 def test_neutralize_is_free_only_when_nothing_needs_masking():
     x = zero_padded()
-    assert neutralize(x, 0) is x.data
-    assert neutralize(x, 1.0) is not x.data
+    assert neutralize(x, 0) is x.padded_data
+    assert neutralize(x, 1.0) is not x.padded_data
     with lanes(torch.tensor([True, False, True, True])):
         out = neutralize(x, 0)
-    assert out is not x.data and (out[1] == 0).all()
+    assert out is not x.padded_data and (out[1] == 0).all()
 
 
 # ------------------------------------------------------------------ kernels
@@ -164,13 +164,13 @@ def test_gathered_rows_follow_changes_of_the_data(row_strategy):
     lin = nn.Linear(4, 2)
     before = lin(x)
     assert (x._rows is not None) == (row_strategy == "gather")  # kept for the next op on x
-    x[:, 0] = x[:, 0] + 1.0  # replaces x.data
+    x[:, 0] = x[:, 0] + 1.0  # replaces x.padded_data
     after = lin(x)
-    x.data.mul_(2)  # in place
+    x.padded_data.mul_(2)  # in place
     doubled = lin(x)
     want = [lin(e) for e in x.examples()]
     assert all(torch.allclose(a, b) for a, b in zip(doubled.examples(), want))
-    assert not torch.allclose(before.data, after.data) and not torch.allclose(after.data, doubled.data)
+    assert not torch.allclose(before.padded_data, after.padded_data) and not torch.allclose(after.padded_data, doubled.padded_data)
 
 
 def test_a_reused_input_gets_gradients_every_time():
@@ -184,22 +184,22 @@ def test_a_reused_input_gets_gradients_every_time():
         with torch.set_grad_enabled(grad_mode):
             out = lin(x)
         if grad_mode:
-            x.data.grad = None
+            x.padded_data.grad = None
             sum(e.sum() for e in out.examples()).backward()
-            grads.append(x.data.grad.clone())
+            grads.append(x.padded_data.grad.clone())
     assert all(torch.equal(g, grads[0]) for g in grads) and grads[0].abs().sum() > 0
 
 
 def test_changing_the_data_voids_the_promise():
     x = zero_padded()
-    x.data.add_(1.0)               # padding is 1 now
+    x.padded_data.add_(1.0)               # padding is 1 now
     assert not x._zero
     y = zero_padded()
-    y.data = y.data + 1.0          # another tensor
+    y.padded_data = y.padded_data + 1.0          # another tensor
     assert not y._zero
     x, k = zero_padded(), zero_padded(seed=1)
-    x.data.add_(1.0)
-    k.data.add_(1.0)
+    x.padded_data.add_(1.0)
+    k.padded_data.add_(1.0)
     # the contraction over the dynamic dim must not see the padding
     got = (x.transpose(1, 2) @ k).examples()
     want = [a.transpose(1, 2) @ b for a, b in zip(x.examples(), k.examples())]

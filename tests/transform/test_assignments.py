@@ -163,7 +163,7 @@ def test_append_records_lengths():
     xs = [torch.tensor([[[1.0], [-1.0], [2.0]]]), torch.tensor([[[-1.0], [-1.0]]]),
           torch.tensor([[[3.0], [4.0], [5.0], [-6.0]]])]
     out = collect(MaskedBatch.fromlist(xs, (True, False)))
-    assert out.size_as_tensor(1).data.tolist() == [3, 1, 4]
+    assert out.size_as_tensor(1).padded_data.tolist() == [3, 1, 4]
 
 
 # ------------------------------------------------------------------ loop temporaries

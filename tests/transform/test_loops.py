@@ -211,7 +211,7 @@ def test_loop_body_skipped_when_no_lane_has_item():
         return h
 
     x = mb_rand(3, (True, 4), (False, 3), lengths="one")
-    x = MaskedBatch(torch.cat([x.data, x.data.new_zeros(3, 2, 3)], 1),
+    x = MaskedBatch(torch.cat([x.padded_data, x.padded_data.new_zeros(3, 2, 3)], 1),
                     torch.cat([x.mask, x.mask.new_zeros(3, 2, 1)], 1), x.dims)
     f(x)
     assert len(seen) == 1

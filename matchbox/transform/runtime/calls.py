@@ -67,7 +67,7 @@ def _unstacked(out, rows, n, B):
             x = x[k * n:(k + 1) * n]
             return x if rows is None else scatter_rows(x, rows, B)
         mask = out._mask
-        return tuple(_new(half(out.data, k), None if mask is None else half(mask, k), out.dims)
+        return tuple(_new(half(out.padded_data, k), None if mask is None else half(mask, k), out.dims)
                      for k in (0, 1))
     if isinstance(out, (torch.Tensor, MaskedBatch, list, dict)):
         raise TypeError(

@@ -65,10 +65,10 @@ class Compaction:
         self.cache = {}
 
     def full(self, x):
-        return type(x) is MaskedBatch and x.data.size(0) == self.B
+        return type(x) is MaskedBatch and x.padded_data.size(0) == self.B
 
     def compacted(self, x):
-        return type(x) is MaskedBatch and x.data.size(0) == self.n
+        return type(x) is MaskedBatch and x.padded_data.size(0) == self.n
 
     def gather(self, x):
         """The live rows of a full-batch MaskedBatch (cached per iteration)."""
@@ -76,14 +76,14 @@ class Compaction:
         if hit is not None:
             return hit[1]
         g = self.rows_of(x)
-        self.cache[id(x)] = (x, g, g.data, g.data._version)
+        self.cache[id(x)] = (x, g, g.padded_data, g.padded_data._version)
         return g
 
     def rows_of(self, x):
         mask = x._mask
         if mask is not None and mask.size(0) == self.B:
             mask = mask.index_select(0, self.rows)
-        return _new(x.data.index_select(0, self.rows), mask, x.dims, x._zero)
+        return _new(x.padded_data.index_select(0, self.rows), mask, x.dims, x._zero)
 
     def take(self, x):
         """``x`` as this iteration reads it: the live rows of a full-batch
@@ -111,7 +111,7 @@ class Compaction:
         mask = x._mask
         if mask is not None:
             mask = scatter_rows(mask.expand((self.n,) + mask.shape[1:]), self.rows, self.B)
-        return _new(scatter_rows(x.data, self.rows, self.B), mask, x.dims, x._zero)
+        return _new(scatter_rows(x.padded_data, self.rows, self.B), mask, x.dims, x._zero)
 
     def lanes(self, lanes):
         """Full-batch lanes for the live lanes' ``lanes`` (None: all live)."""
@@ -127,7 +127,7 @@ class Compaction:
         """Raise if a gathered copy was changed in place (the change would
         never reach the full-batch value)."""
         for x, g, data, version in self.cache.values():
-            if g.data is not data or data._version != version:
+            if g.padded_data is not data or data._version != version:
                 raise RuntimeError(
                     f"{self.description} runs compacted (@batch(compact=...)) and a value it "
                     f"read was changed in place (an in-place op, x[...] = v or inplace=True); "
@@ -177,7 +177,7 @@ class StepCompaction(Compaction):
             return x
         hit = self.moved.get(id(x))
         if hit is None:
-            data = x.data
+            data = x.padded_data
             y = _new(data[:self.n], None, x.dims)
             y._kept = (self, kept[1], kept[2] + (data[self.n:m],))
             hit = self.moved[id(x)] = (x, y)
@@ -198,7 +198,7 @@ class StepCompaction(Compaction):
         if like.dims != new.dims or like._data.shape[1:] != new._data.shape[1:] \
                 or like._data.dtype != new._data.dtype:
             return None
-        out = _new(new.data, None, new.dims)  # a copy: ``new`` may be bound elsewhere too
+        out = _new(new.padded_data, None, new.dims)  # a copy: ``new`` may be bound elsewhere too
         out._kept = (self, origin, tails)
         return out
 
@@ -209,11 +209,11 @@ class StepCompaction(Compaction):
         if kept is None:
             return x
         _, origin, tails = kept
-        data = x.data
+        data = x.padded_data
         parts = [data, *reversed(tails)]
         top = sum(p.size(0) for p in parts)
         if top < self.B:  # examples that left before the compaction began
             rest = self.order[top:]
             parts.append(data.new_zeros((rest.numel(),) + data.shape[1:]) if origin is None
-                         else origin.data.index_select(0, rest))
+                         else origin.padded_data.index_select(0, rest))
         return _new(torch.cat(parts).index_select(0, self.inverse), None, x.dims)

@@ -21,7 +21,7 @@ def cond(value):
     """A condition evaluated once: a Python bool (plain Python semantics) or,
     for a MaskedBatch, the bool Tensor ``(B,)`` of lanes where it holds."""
     if isinstance(value, MaskedBatch):
-        d = value.data
+        d = value.padded_data
         B = d.size(0)
         if d[0].numel() != 1:
             raise ValueError(

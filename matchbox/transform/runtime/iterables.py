@@ -52,7 +52,7 @@ def lane_items(iterable):
 
 
 def _lane_vector(x):
-    d = x.data
+    d = x.padded_data
     return d.reshape(d.size(0))
 
 

@@ -16,7 +16,7 @@ def _lane_view(lanes, ndim):
 def _canonical(x, B, like):
     """``(data, mask, dims)`` of a per-example value at batch size ``B``."""
     if isinstance(x, MaskedBatch):
-        return x.data, x._mask, x.dims
+        return x.padded_data, x._mask, x.dims
     if isinstance(x, torch.Tensor):
         if x.dim() == 0:
             return x.reshape(1).expand(B), None, ()
@@ -26,7 +26,7 @@ def _canonical(x, B, like):
             f"cannot give a Tensor of shape {tuple(x.shape)} different values per example: a "
             f"per-example value needs a leading dimension of size 1")
     if isinstance(x, (bool, int, float)):
-        ld = like.data if isinstance(like, MaskedBatch) else like
+        ld = like.padded_data if isinstance(like, MaskedBatch) else like
         if isinstance(x, bool):
             dtype = torch.bool
         elif isinstance(x, int):
@@ -50,7 +50,7 @@ def example_shape(x):
     """The per-example shape of ``x`` as text (a dynamic dimension shows
     as ``n``)."""
     if isinstance(x, MaskedBatch):
-        sizes = ["1"] + ["n" if d else str(s) for s, d in zip(x.data.shape[1:], x.dims)]
+        sizes = ["1"] + ["n" if d else str(s) for s, d in zip(x.padded_data.shape[1:], x.dims)]
         return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
     return str(tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
 
@@ -83,7 +83,7 @@ def _update_of(a, b, lanes):
     """Whether MaskedBatch ``a`` is known to equal ``b`` outside ``lanes``
     (made from ``b``'s data by a rule that wrote only these lanes' rows)."""
     made = getattr(a, "_update_of", None)
-    return made is not None and made[0] is b.data and made[1] == made[0]._version \
+    return made is not None and made[0] is b.padded_data and made[1] == made[0]._version \
         and made[2] is lanes
 
 
@@ -110,12 +110,12 @@ def _select(lanes, a, b):
     if a is b:
         return a
     if type(a) is MaskedBatch and type(b) is MaskedBatch and a._mask is b._mask \
-            and a.dims == b.dims and a.data.shape == b.data.shape \
-            and a.data.dtype == b.data.dtype:
+            and a.dims == b.dims and a.padded_data.shape == b.padded_data.shape \
+            and a.padded_data.dtype == b.padded_data.dtype:
         # the common case (loop state of one shape): one where, mask kept
         if _update_of(a, b, lanes):
             return a
-        return _new(torch.where(_lane_view(lanes, a.data.dim()), a.data, b.data), a._mask, a.dims)
+        return _new(torch.where(_lane_view(lanes, a.padded_data.dim()), a.padded_data, b.padded_data), a._mask, a.dims)
     if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
             and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):
         return type(a)(select(lanes, x, y) for x, y in zip(a, b))
