@@ -1,3 +1,8 @@
-from .run import main
+import sys
 
-main()
+if sys.argv[1:2] == ["ops"]:  # python -m bench ops: per-op overhead
+    from .ops import main
+    main(sys.argv[2:])
+else:
+    from .run import main
+    main()

@@ -1,0 +1,126 @@
+"""Per-op overhead: microseconds per call, plain Tensor vs MaskedBatch.
+
+    python -m bench ops [--batch-size 4] [--number 2000] [--out bench/results]
+
+For each op, one call on:
+
+- ``tensor``: the plain padded Tensor ``(B, n, d)`` (what hand-written code runs);
+- ``static``: a MaskedBatch of B examples ``(1, n, d)``, every dim static;
+- ``dynamic``: the same with dim 1 dynamic (examples of lengths 1..n);
+- ``dormant``: the dynamic batch inside ``@batch`` control flow with half
+  the lanes dormant (the active-lanes state set as a branch sets it).
+
+and the ratio of each to ``tensor``.  Inputs require grad, as in training
+(every call records its autograd graph).  ``floor`` is what ``__torch_function__``
+dispatch alone costs: ``torch.tanh`` on an object whose handler returns at once.
+Timings are the best of several runs of ``number`` calls, in one process, one
+torch thread.
+"""
+import argparse
+import json
+import os
+import timeit
+
+import torch
+import torch.nn as nn
+
+import matchbox.functional as F
+from matchbox import MaskedBatch
+from matchbox._lanes import lanes
+from matchbox.transform import runtime as rt
+
+
+class _Floor:
+    """The cheapest possible ``__torch_function__`` participant."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return None
+
+
+def _inputs(B, n, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(1, n, d, generator=g).requires_grad_() for _ in range(B)]
+    dyn = [torch.randn(1, 1 + k * (n - 1) // max(1, B - 1), d, generator=g).requires_grad_()
+           for k in range(B)]
+    return {"tensor": torch.cat(xs), "static": MaskedBatch.fromlist(xs, (False, False)),
+            "dynamic": MaskedBatch.fromlist(dyn, (True, False))}
+
+
+def _ops(d):
+    linear, cell = nn.Linear(d, d), nn.LSTMCell(d, d)
+    return {
+        "add": lambda x: x + x,
+        "mul": lambda x: x * x,
+        "tanh": torch.tanh,
+        "where": lambda x: torch.where(x > 0, x, 0.0),
+        "linear": linear,
+        "sum over dim 1": lambda x: x.sum(1),
+        "softmax over dim 1": lambda x: F.softmax(x, 1),
+        "LSTMCell": lambda x: cell(x[:, 0]),
+        "x[:, i]": lambda x: x[:, 0],
+        "@batch read + assign": lambda x: rt.assign(x, rt.read(x) * 2),
+    }
+
+
+def _time(fn, x, number, repeat=5):
+    fn(x)  # warm up (rule caches, allocator)
+    return min(timeit.repeat(lambda: fn(x), number=number, repeat=repeat)) / number * 1e6
+
+
+def measure(B=4, n=8, d=16, number=2000):
+    """``[{op, kind, us, ratio}]`` for every op and kind."""
+    xs, ops = _inputs(B, n, d), _ops(d)
+    dormant = torch.arange(B) % 2 == 0
+    rows = []
+    floor = _time(torch.tanh, _Floor(), number)
+    rows.append({"op": "__torch_function__ floor", "kind": "floor", "us": floor, "ratio": None})
+    for name, fn in ops.items():
+        base = _time(fn, xs["tensor"], number)
+        rows.append({"op": name, "kind": "tensor", "us": base, "ratio": 1.0})
+        for kind in ("static", "dynamic", "dormant"):
+            x = xs["dynamic" if kind == "dormant" else kind]
+            if kind == "dormant":
+                with lanes(dormant):
+                    us = _time(fn, x, number)
+            else:
+                us = _time(fn, x, number)
+            rows.append({"op": name, "kind": kind, "us": us, "ratio": us / base})
+    return rows
+
+
+def table(rows):
+    kinds = ["tensor", "static", "dynamic", "dormant"]
+    by = {(r["op"], r["kind"]): r for r in rows}
+    floor = next(r["us"] for r in rows if r["kind"] == "floor")
+    out = ["| op | " + " | ".join(f"{k} (µs)" for k in kinds) + " | static / tensor | "
+           "dynamic / tensor | dormant / tensor |", "|---" * (len(kinds) + 4) + "|"]
+    for op in dict.fromkeys(r["op"] for r in rows if r["kind"] != "floor"):
+        us = [f"{by[op, k]['us']:.1f}" for k in kinds]
+        ratios = [f"{by[op, k]['ratio']:.2f}" for k in kinds[1:]]
+        out.append(f"| {op} | " + " | ".join(us + ratios) + " |")
+    out.append(f"\n`__torch_function__` dispatch alone (the floor of any MaskedBatch op): "
+               f"{floor:.1f} µs per call.")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--number", type=int, default=2000, help="calls per timing run")
+    p.add_argument("--out", default=os.path.join("bench", "results"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = measure(B=args.batch_size, number=args.number)
+    md = table(rows)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "ops.jsonl"), "w") as f:
+        for r in rows:
+            f.write(json.dumps(dict(r, batch_size=args.batch_size, torch=torch.__version__)) + "\n")
+    with open(os.path.join(args.out, "ops.md"), "w") as f:
+        f.write(md + "\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
