@@ -17,8 +17,10 @@ Ops reach MaskedBatch through ``__torch_function__`` and the rule table in
 its validation, conversions and sizes.
 """
 import dataclasses
+import sys
 
 import torch
+import torch.nn.modules.rnn
 import torch.utils._pytree
 
 from . import _lanes
@@ -27,6 +29,12 @@ __all__ = ["MaskedBatch", "mask_from_lengths"]
 
 # torch callable -> rule; filled by matchbox.ops (see ops/_registry.py)
 RULES = {}
+
+# nn.LSTM / nn.GRU / nn.RNN keep their states in torch's layout (L * D, B,
+# hidden), the batch at dim 1 (per example 1), as a padded model has them
+# (see ops/rnn.py); their forward reads input.size(0) to build and check
+# states in that layout, so there, and only there, size(0) is B.
+_TORCH_RNN_FILE = torch.nn.modules.rnn.__file__
 
 _NO_HOST_VALUE = (
     "cannot turn a MaskedBatch into a single Python value: each example has "
@@ -347,6 +355,11 @@ class MaskedBatch:
         return d + n if d < 0 else d
 
     def size(self, dim=None):
+        """The per-example size (SPEC section 2): the leading dimension, each
+        example's batch of one, has size 1 (``batch_size`` is the number of
+        examples); a static dimension has its size; a dynamic one has no
+        single int (``size()`` raises, naming ``size_as_tensor``; under
+        @batch, ``size(d)`` is a per-example value)."""
         if dim is None:
             dyn = [i + 1 for i, d in enumerate(self.dims) if d]
             if dyn:
@@ -356,9 +369,11 @@ class MaskedBatch:
                     f"sizes or maxsize(d) for the padded size (nn.TransformerEncoder/Decoder "
                     f"read size() of their input: call their layers in a loop instead, "
                     f"`for layer in encoder.layers: x = layer(x)`, then encoder.norm if set)")
-            return self._data.size()
+            return torch.Size((self._lead(),) + tuple(self._data.shape[1:]))
         d = self._norm_dim(dim)
-        if d > 0 and self.dims[d - 1]:
+        if d == 0:
+            return self._lead()
+        if self.dims[d - 1]:
             raise ValueError(
                 f"dimension {dim} is dynamic (its size differs between examples), so it has "
                 f"no single int size; use size_as_tensor({dim}) for per-example sizes or "
@@ -367,12 +382,35 @@ class MaskedBatch:
                    "them with batch_first=True)" if d == 1 else ""))
         return self._data.size(d)
 
+    def _lead(self):
+        """The size of dimension 0 that ``size`` gives its caller: 1, each
+        example's own, except to torch's RNN modules (see _TORCH_RNN_FILE)."""
+        return self._data.size(0) if sys._getframe(2).f_code.co_filename == _TORCH_RNN_FILE else 1
+
     @property
     def shape(self):
         return self.size()
 
+    def numel(self):
+        """The number of entries of one example: static sizes only (a
+        dynamic dimension has no single size; ``size_as_tensor`` gives the
+        per-example sizes)."""
+        dyn = [i + 1 for i, d in enumerate(self.dims) if d]
+        if dyn:
+            raise ValueError(
+                f"numel(): dimensions {dyn} are dynamic (their size differs between examples), "
+                f"so the examples have different numbers of entries; use size_as_tensor(d) "
+                f"for per-example sizes, or x.sum()-style reductions, which count real entries")
+        return self.size().numel()
+
+    nelement = numel
+
     def maxsize(self, dim=None):
-        return self._data.size() if dim is None else self._data.size(dim)
+        """The padded size: of a dynamic dimension, the largest example's
+        (at least); otherwise as ``size``, leading with each example's 1."""
+        if dim is None:
+            return torch.Size((1,) + tuple(self._data.shape[1:]))
+        return 1 if self._norm_dim(dim) == 0 else self._data.size(dim)
 
     def size_as_tensor(self, dim):
         """Per-example sizes along ``dim`` as a MaskedBatch of longs (one
@@ -385,7 +423,9 @@ class MaskedBatch:
         return MaskedBatch._new(sizes, None, ())
 
     def __len__(self):
-        return self._data.size(0)
+        """1: each example's leading dimension (``batch_size`` counts the
+        examples)."""
+        return 1
 
     # ------------------------------------------------------------ no host values
     def __bool__(self):

@@ -67,9 +67,9 @@ def test_constructor_validation(data, mask, dims, match):
 
 def test_sizes():
     b = MaskedBatch.fromlist(ragged((2, 4, 1)), (True, False))
-    assert b.size(0) == 3 and b.batch_size == 3 and len(b) == 3
-    assert b.size(2) == 3 and b.size(-1) == 3
-    assert b.maxsize(1) == 4 and b.dim() == 3
+    assert b.size(0) == 1 and b.batch_size == 3 and len(b) == 1  # per example: the leading 1
+    assert b.size(2) == 3 and b.size(-1) == 3 and b.size(-3) == 1
+    assert b.maxsize(1) == 4 and b.maxsize(0) == 1 and b.maxsize() == (1, 4, 3) and b.dim() == 3
     with pytest.raises(ValueError, match="size_as_tensor"):
         b.size(1)
     with pytest.raises(ValueError, match="size_as_tensor"):

@@ -99,3 +99,32 @@ def install():
         elif existing is not fn and getattr(existing, "__module__", "").split(".")[0] != "matchbox":
             raise RuntimeError(
                 f"torch.Tensor already defines {name!r}; matchbox will not replace it")
+
+
+def _new_ctor(name):
+    """``x.new_zeros(1, h)`` and kin, in per-example code: with a leading 1
+    (each example's own batch of one, ``x.size(0)``) a fresh value per
+    example (a batch of every example's, static dims, all real); with any
+    other leading size one plain Tensor, shared by every example."""
+    method = getattr(torch.Tensor, name)
+
+    def rule(input, *args, **kwargs):
+        data = input.padded_data
+        if name == "new_full":
+            size, rest = args[0] if args else kwargs.pop("size"), args[1:]
+        elif len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+            size, rest = args[0], ()
+        else:
+            size, rest = (args or kwargs.pop("size", ())), ()
+        size = tuple(int(s) for s in size)
+        if size and size[0] == 1:
+            out = method(data, (data.size(0),) + size[1:], *rest, **kwargs)
+            return new(out, None, (False,) * (len(size) - 1))
+        return method(data, size, *rest, **kwargs)
+    rule.__name__ = rule.__qualname__ = name
+    rule.__doc__ = _new_ctor.__doc__
+    return rule
+
+
+for _name in ("new_zeros", "new_ones", "new_empty", "new_full"):
+    register_distinct(getattr(torch.Tensor, _name))(_new_ctor(_name))

@@ -198,6 +198,11 @@ def _layer(f, opname):
     def rule(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
         hx = tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
         _check_layer(opname, input, hx, params, has_biases, batch_first)
+        # a state with batch 1 (the zero state the module builds from
+        # input.size(0), which is 1 per example) is shared by every example
+        B = input.padded_data.size(0)
+        hx = tuple(h.expand(h.size(0), B, *h.shape[2:]) if h.dim() == 3 and h.size(1) == 1 else h
+                   for h in hx)
         out, states = _packed(f, input, hx, params, has_biases, num_layers, dropout, train,
                               bidirectional)
         return (new(out, input._mask, input.dims), *states)
