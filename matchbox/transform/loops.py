@@ -120,9 +120,12 @@ def _runtime_call(n, rt, names):
 
 def _assigned_through_runtime(body, rt):
     """The variables that ``body`` assigns with ``rt.assign`` or
-    ``rt.aug_assign`` (a compacted loop may keep their values compacted)."""
+    ``rt.aug_assign``, walrus included (a compacted loop may keep their
+    values compacted)."""
     names = set()
     for n in walk_scope(body):
         if isinstance(n, gast.Assign) and _runtime_call(n.value, rt, ("assign", "aug_assign")):
             names.add(n.targets[0].id)
+        elif isinstance(n, gast.NamedExpr) and _runtime_call(n.value, rt, ("assign",)):
+            names.add(n.target.id)   # (x := rt.assign(x, v))
     return sorted(names)

@@ -9,9 +9,14 @@ early return, augmented and tuple assignment over a few float variables and
 an int counter, loop temporaries (``p``/``q`` bound and then read later in
 the same block, perhaps after a nested block that binds them again), a
 variable rebound to another shape (``r``: ``(1, 1)``, then ``(1,)`` in a
-branch or a loop, perhaps left by a jump before it is rebound back), and
-checks each batched run against per-example runs (values and gradients)
-with ``mb_test``.
+branch or a loop, perhaps left by a jump before it is rebound back), the
+other binding forms (``no_grad`` blocks, walrus, dict and list item
+stores, append and extend, a pure nested function, returns of another
+per-example rank, losses with each reduction accumulated), and checks each batched run against per-example runs
+(values and gradients) with ``mb_test``.  A few programs hold a construct
+that ``@batch`` must refuse at decoration (``try``/``except``, a nested
+function that changes an enclosing list); for them the check is that it
+does.
 
 Only exact float ops (+, -, *, abs, clamp) are used, so a comparison takes
 the same branch in the batched and in the per-example run.
@@ -29,7 +34,9 @@ import time
 import torch
 
 import matchbox
+import matchbox.functional as F
 from matchbox import MaskedBatch
+from matchbox.transform import BatchSyntaxError
 from matchbox.test_utils import mb_test
 
 FLOATS = ("a", "b", "c")
@@ -113,6 +120,8 @@ class ProgramGenerator:
             return self.temporary(depth, loop, indent)
         if depth and self.rng.random() < 0.08:
             return self.reshaped(depth, loop, indent)
+        if depth and self.rng.random() < 0.12:
+            return self.binding_form(indent)
         r = self.rng.random()
         if depth >= self.max_depth:
             r = self.rng.random() * 0.45
@@ -189,11 +198,49 @@ class ProgramGenerator:
             lines += self.stmt(depth + 1, loop, indent)
         return lines + [f"{pad}r = {self.value()}"]
 
+    def binding_form(self, indent):
+        """One of the other ways to bind or change a value: a ``no_grad``
+        block, a walrus in an ``if`` test, a dict or list item store, an
+        append or extend, a call of a pure nested function, a return of
+        another per-example rank, or a loss with each reduction added to
+        an accumulator (each example's own loss)."""
+        pad = "    " * indent
+        f, g = self.rng.choice(FLOATS), self.rng.choice(FLOATS)
+        kind = self.rng.randrange(10)
+        if kind >= 8:   # a loss reduced inside the per-example code, accumulated
+            loss = self.rng.choice(["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])
+            red = self.rng.choice(["'mean'", "'sum'", "'none'"])
+            return [f"{pad}L += F.{loss}({f}, {g} * 0.5, reduction={red})"]
+        if kind == 0:
+            return [f"{pad}with torch.no_grad():", f"{pad}    {f} = {self.value()}"]
+        if kind == 1:
+            return [f"{pad}if (v := {self.value()}) {self.rng.choice(['<', '>'])} {g}:",
+                    f"{pad}    {f} = {f} + v * 0.5"]
+        if kind == 2:
+            return [f"{pad}d['k'] = {self.value()}"]
+        if kind == 3:
+            return [f"{pad}acc[{self.rng.randrange(2)}] = {self.value()}"]
+        if kind == 4:
+            return [f"{pad}lst.append({self.value()})"]
+        if kind == 5:
+            return [f"{pad}lst.extend([{self.value()}, {self.value()}])"]
+        if kind == 6:
+            return [f"{pad}{f} = half({g}) * 1.0"]
+        return [f"{pad}if {self.cond()}:", f"{pad}    return ({self.value()}).sum(1) + k"]
+
     def generate(self, name="prog"):
         lines = [f"def {name}(x, y, n, s):", "    a = x * 1.0", "    b = y + 0.5", "    c = x - y",
-                 "    k = 0", "    r = x * 1.0"]
+                 "    k = 0", "    r = x * 1.0", "    v = x * 0.0", "    d = {'k': y * 1.0}",
+                 "    acc = [x * 1.0, y * 1.0]", "    lst = [x * 1.0]", "    L = 0",
+                 "", "    def half(u):", "        return u * 0.5 + 0.25"]
+        refused = self.rng.random()
+        if refused < 0.03:   # refused at decoration: an exception would be whole-batch
+            lines += ["    try:", "        b = b * 1.0", "    except ValueError:", "        b = b * 2.0"]
+        elif refused < 0.06:   # refused: a nested function that changes lst
+            lines += ["    def put(u):", "        lst.append(u)", "    put(a * 1.0)"]
         lines += self.block(0, False, 1)
-        lines += ["    return a + b * c + k + r * 0.5"]
+        lines += ["    return (a + b * c + k + r * 0.5 + v + d['k'] + acc[0] * acc[1]",
+                  "            + F.stack(lst, 1).sum(1) + L)"]
         return "\n".join(lines) + "\n"
 
 
@@ -207,7 +254,7 @@ def compile_program(source, name="prog", flag=True, compact=None):
     _COUNTER[0] += 1
     filename = f"<matchbox-fuzz-{_COUNTER[0]}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    ns = {"torch": torch, "FLAG": flag}
+    ns = {"torch": torch, "F": F, "FLAG": flag}
     exec(compile(source, filename, "exec"), ns)
     plain = ns[name]
     return plain, matchbox.batch(plain, max_iterations=100, compact=compact)
@@ -220,7 +267,16 @@ def check_program(source, seed, B=5, lengths_seed=None, compact=None):
     or that reads, where all examples run, a value whose examples hold
     different shapes, or rebinds one to another shape in a compacted loop
     (matchbox raises a clear error for both)."""
-    _, fn = compile_program(source, flag=bool(seed % 2), compact=compact)
+    refused = re.search(r"^    (try:|def put\()", source, re.M)
+    try:
+        _, fn = compile_program(source, flag=bool(seed % 2), compact=compact)
+    except BatchSyntaxError as e:
+        expected = {"try:": "try/except", "def put(": "nested function 'put' that changes 'lst'"}
+        if refused and expected[refused.group(1)] in str(e):
+            return True  # refused at decoration, as it must be
+        raise AssertionError(f"fuzz program (seed {seed}) refused: {e}\n{source}") from e
+    if refused:
+        raise AssertionError(f"fuzz program (seed {seed}) was not refused:\n{source}")
     g = torch.Generator().manual_seed(seed)
     ns = [torch.randint(0, 4, (1,), generator=g) for _ in range(B)]
     n = MaskedBatch.fromlist(ns, ())
@@ -233,6 +289,9 @@ def check_program(source, seed, B=5, lengths_seed=None, compact=None):
         raise AssertionError(f"fuzz program (seed {seed}) failed: {type(e).__name__}: {e}\n"
                              f"{source}\n--- rewritten ---\n{matchbox.to_source(fn)}") from e
     except Exception as e:
+        if isinstance(e, ValueError) and str(e).startswith(
+                "the examples return values of different per-example shapes"):
+            return False  # some examples returned (1,), others (1, 1): refused clearly
         if isinstance(e, ValueError) and str(e).startswith("this value holds per-example shapes"):
             # r was left at (1,) by a jump in some examples and is read where
             # all examples run: matchbox refuses that clearly (a Mixed value)

@@ -8,6 +8,8 @@ stores scatter them back, but only in the function that owns the loop.
 import operator
 import sys
 
+import torch
+
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .compaction import owned as _owned
@@ -66,6 +68,7 @@ def assign(old, new):
         raise ShapeMismatch(e.new, e.old, names[0]) from None
 
 
+@torch.enable_grad()   # each lane keeps its history, as in select
 def _compacted_assign(comp, old, new, keep=True):
     """``assign`` in a compacted loop: the update of the live lanes, kept
     compacted (a variable in a compacted ``for``, with ``keep``) or
