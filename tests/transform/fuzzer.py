@@ -12,7 +12,8 @@ variable rebound to another shape (``r``: ``(1, 1)``, then ``(1,)`` in a
 branch or a loop, perhaps left by a jump before it is rebound back), the
 other binding forms (``no_grad`` blocks, walrus, dict and list item
 stores, append and extend, a pure nested function, returns of another
-per-example rank, losses with each reduction accumulated), and checks each batched run against per-example runs
+per-example rank, losses with each reduction accumulated, size reads in
+arithmetic), and checks each batched run against per-example runs
 (values and gradients) with ``mb_test``.  A few programs hold a construct
 that ``@batch`` must refuse at decoration (``try``/``except``, a nested
 function that changes an enclosing list); for them the check is that it
@@ -202,11 +203,15 @@ class ProgramGenerator:
         """One of the other ways to bind or change a value: a ``no_grad``
         block, a walrus in an ``if`` test, a dict or list item store, an
         append or extend, a call of a pure nested function, a return of
-        another per-example rank, or a loss with each reduction added to
-        an accumulator (each example's own loss)."""
+        another per-example rank, a loss with each reduction added to an
+        accumulator (each example's own loss), or a size read
+        (``x.size(0)``, ``len(x)``: 1 per example) used in arithmetic."""
         pad = "    " * indent
         f, g = self.rng.choice(FLOATS), self.rng.choice(FLOATS)
-        kind = self.rng.randrange(10)
+        kind = self.rng.randrange(11)
+        if kind == 10:  # a size read used in arithmetic: per example, x.size(0) is 1
+            read = self.rng.choice(["x.size(0)", "x.shape[0]", "len(x)", "s.size(0)"])
+            return [f"{pad}{f} = {f} / {read} + {g} * ({read} - 1)"]
         if kind >= 8:   # a loss reduced inside the per-example code, accumulated
             loss = self.rng.choice(["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])
             red = self.rng.choice(["'mean'", "'sum'", "'none'"])

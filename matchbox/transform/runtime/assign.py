@@ -77,6 +77,8 @@ def _compacted_assign(comp, old, new, keep=True):
                                    or isinstance(old, tuple) and len(old) == len(new)):
         olds = old if isinstance(old, tuple) else (old,) * len(new)
         return tuple(_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new))
+    if type(old) is Mixed:  # a compacted loop keeps one value per variable
+        raise ShapeMismatch(new, next(v for _, v in old.parts))
     current = comp.take(old)
     new = _assign(current, new)
     if type(new) is Mixed:  # a compacted loop keeps one value per variable
