@@ -106,7 +106,14 @@ def test_ddp_gradients_equal_single_process(tmp_path):
     loss_of(model, xs, ys, len(xs)).backward()
     expected = {n: p.grad for n, p in model.named_parameters()}
 
-    mp.spawn(worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    try:
+        mp.spawn(worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    except mp.ProcessExitedException:
+        # gloo's threads now and then abort a worker at process exit, after
+        # its work is done ("terminate called without an active exception");
+        # what is checked is what every worker saved before that
+        if not all((tmp_path / f"grads{rank}.pt").exists() for rank in range(WORLD)):
+            raise
     for rank in range(WORLD):
         grads = torch.load(tmp_path / f"grads{rank}.pt")
         for (mode, step), got in grads.items():
