@@ -10,7 +10,8 @@ an int counter, loop temporaries (``p``/``q`` bound and then read later in
 the same block, perhaps after a nested block that binds them again), a
 variable rebound to another shape (``r``: ``(1, 1)``, then ``(1,)`` in a
 branch or a loop, perhaps left by a jump before it is rebound back), the
-other binding forms (``no_grad`` blocks, walrus, dict and list item
+other binding forms (``no_grad`` blocks, walrus in ``if`` and ``while``
+tests, dict and list item
 stores, append and extend, a pure nested function, returns of another
 per-example rank, losses with each reduction accumulated, size reads in
 arithmetic), and checks each batched run against per-example runs
@@ -55,6 +56,8 @@ class ProgramGenerator:
     def __init__(self, rng, max_depth=3, max_stmts=3):
         self.rng, self.max_depth, self.max_stmts = rng, max_depth, max_stmts
         self.counter = 0
+        # one reduction per program: L += loss keeps one shape, as in PyTorch
+        self.reduction = rng.choice(["'mean'", "'sum'", "'none'"])
 
     def fresh(self, base):
         self.counter += 1
@@ -151,7 +154,10 @@ class ProgramGenerator:
             return lines
         if r < 0.75:
             w = self.fresh("w")
-            lines = [f"{pad}{w} = 0", f"{pad}while {w} < {self.rng.randint(1, 4)} and {self.cond(1)}:",
+            # sometimes the test binds a per-example value with a walrus
+            test = self.cond(1) if self.rng.random() < 0.8 else \
+                f"(v := {self.value()}) {self.rng.choice(['<', '>'])} {self.rng.choice(FLOATS)}"
+            lines = [f"{pad}{w} = 0", f"{pad}while {w} < {self.rng.randint(1, 4)} and {test}:",
                      f"{pad}    {w} += 1"] + self.block(depth + 1, True, indent + 1)
             if self.rng.random() < 0.2:
                 lines += [f"{pad}else:"] + self.block(depth + 1, loop, indent + 1)
@@ -214,8 +220,7 @@ class ProgramGenerator:
             return [f"{pad}{f} = {f} / {read} + {g} * ({read} - 1)"]
         if kind >= 8:   # a loss reduced inside the per-example code, accumulated
             loss = self.rng.choice(["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])
-            red = self.rng.choice(["'mean'", "'sum'", "'none'"])
-            return [f"{pad}L += F.{loss}({f}, {g} * 0.5, reduction={red})"]
+            return [f"{pad}L += F.{loss}({f}, {g} * 0.5, reduction={self.reduction})"]
         if kind == 0:
             return [f"{pad}with torch.no_grad():", f"{pad}    {f} = {self.value()}"]
         if kind == 1:
