@@ -26,9 +26,11 @@ LENGTH_MODES = ("random", "mixed", "one", "equal")
 
 
 def _is_batch_spec(spec):
+    """``(B, (dynamic, size), ...)``; ``(B, ())`` (the original Matchbox's
+    spelling) is B examples with no dims after the leading 1."""
     return (isinstance(spec, (tuple, list)) and len(spec) >= 1 and isinstance(spec[0], int)
             and not isinstance(spec[0], bool) and len(spec) > 1
-            and all(isinstance(d, (tuple, list)) and len(d) == 2 for d in spec[1:]))
+            and all(isinstance(d, (tuple, list)) and len(d) in (0, 2) for d in spec[1:]))
 
 
 def draw_lengths(B, size, mode, generator=None):
@@ -54,7 +56,7 @@ def _rand(shape, dtype, device, generator=None):
 
 
 def _rand_examples(spec, lengths="random", dtype=None, device=None, table=None, generator=None):
-    B, dims = spec[0], spec[1:]
+    B, dims = spec[0], [d for d in spec[1:] if len(d)]
     table = {} if table is None else table
     sizes = []
     for dyn, size in dims:
