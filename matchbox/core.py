@@ -70,7 +70,92 @@ def mask_from_lengths(lengths, shape, dims, device=None):
     if mask is None:
         return None
     full = [shape[0]] + [shape[i] if dims[i - 1] else 1 for i in range(1, ndim)]
-    return mask.expand(full)
+    mask = mask.expand(full)
+    if any(bool((torch.as_tensor(n) == 0).any()) for n in lengths.values()):
+        mark_sizes(mask, {d: torch.as_tensor(n, device=mask.device).reshape(-1)
+                          for d, n in lengths.items()})
+    return mask
+
+
+def mark_sizes(mask, lengths):
+    """Record on ``mask`` the per-example ``lengths`` (data dim -> LongTensor
+    ``(B,)``) of its dynamic dims, when some example has length 0 along one.
+
+    Its mask then holds no real entry, as the mask of an example that holds
+    no value does (see ``absent_examples``), and the product of its lengths
+    hides its other sizes; the record says it is present and keeps them.
+    Rules that keep the mask (pointwise ops, one operand with a mask) keep
+    the record; reductions over a dynamic dim rebuild it for their result
+    (the sum of an empty sentence is a real 0); a rule that makes a new
+    mask drops it, and the example then reads as holding no value: a loss
+    or ``examples()`` raises rather than leaving it out."""
+    present = torch.ones(mask.size(0), dtype=torch.bool, device=mask.device)
+    mask._mb_sizes = (dict(lengths), present)
+    return mask
+
+
+def _check_mask_examples(mask, dims):
+    """Raise unless every example of ``mask`` is a box: real wherever its
+    index along each dynamic dimension is below its size there (two dynamic
+    dimensions of sizes 2 and 2 make all 4 entries real, never 3)."""
+    B = mask.size(0)
+    dyn = [i + 1 for i, d in enumerate(dims) if d and mask.size(i + 1) > 1]
+    if len(dyn) < 2:
+        return
+    lengths = {}
+    for d in dyn:
+        other = [i for i in range(1, mask.dim()) if i != d]
+        lengths[d] = mask.any(dim=other).sum(-1)
+    box = mask_from_lengths(lengths, mask.shape, dims, device=mask.device)
+    bad = (box != mask).reshape(B, mask.shape[1:].numel()).any(1)
+    if bool(bad.any()):
+        raise ValueError(
+            f"the mask of examples {bad.nonzero().flatten().tolist()} is not rectangular: "
+            f"with several dynamic dimensions each example's real entries must be every "
+            f"index below its size along each of them (e.g. a 2 x 2 example is 4 real "
+            f"entries, not 3); an example cannot have rows of different lengths")
+
+
+def absent_examples(mask):
+    """The bool ``(B,)`` of examples that ``mask`` (or None: none) marks as
+    holding no value: no real entry at all (the result of a step those
+    examples do not have, such as ``x.unbind(1)[t]`` past their length).
+    An example of length 0 along a dynamic dimension is present (see
+    ``empty_sizes``)."""
+    if mask is None:
+        return None
+    B = mask.size(0)
+    absent = ~mask.reshape(B, mask.shape[1:].numel()).any(1)
+    sizes = empty_sizes(mask)
+    return absent if sizes is None else absent & ~sizes[1]
+
+
+def refuse_absent(x, what):
+    """Raise when some example of MaskedBatch ``x`` holds no value: ``what``
+    (a loss combined over examples, a backward pass) would silently leave it
+    out, where the per-example code gives it a value."""
+    absent = absent_examples(x._mask)
+    if absent is None:
+        return
+    if absent.device.type != "cpu" or torch.compiler.is_compiling():
+        # no host-device sync, no graph break (as ops/_registry.fail_if)
+        torch._assert_async(~absent.any(), f"{what}: some examples of this batch hold no value "
+                                           f"(run eagerly on CPU to see which and why)")
+        return
+    if bool(absent.any()):
+        raise ValueError(
+            f"{what}: examples {absent.nonzero().flatten().tolist()} of this batch hold no "
+            f"value: it was computed in a step those examples do not have, so they would "
+            f"be left out silently (e.g. a loop over x.unbind(d), x.unbind(d)[-1] or "
+            f"sum(x.unbind(d)) outside @matchbox.batch, where the last step is not every "
+            f"example's last). Put the per-example loop under @matchbox.batch, or index per "
+            f"example: x[:, -1] is each example's own last step")
+
+
+def empty_sizes(mask):
+    """``(sizes, present)`` recorded on a mask whose examples include one of
+    length 0 along a dynamic dimension (see ``mark_sizes``), else None."""
+    return getattr(mask, "_mb_sizes", None)
 
 
 class MaskedBatch:
@@ -133,6 +218,7 @@ class MaskedBatch:
                         raise ValueError(
                             f"mask along dynamic dimension {i + 1} is not a prefix: each "
                             f"example's real data must start at index 0 with no gaps")
+            _check_mask_examples(mask, dims)
         self._data, self._cut, self._mask, self.dims = data, None, mask, dims
         self._zero_at = self._rows = None
 
@@ -261,6 +347,9 @@ class MaskedBatch:
         B = self._data.size(0)
         if self._mask is None or not self.dims[d - 1]:
             return torch.full((B,), self._data.size(d), dtype=torch.long, device=self._data.device)
+        sizes = empty_sizes(self._mask)
+        if sizes is not None and d in sizes[0]:
+            return sizes[0][d]
         m = self._mask
         other = [i for i in range(1, m.dim()) if i != d]
         if other:
@@ -294,6 +383,29 @@ class MaskedBatch:
         Transformer modules read this to pick their code path)."""
         return False
 
+    # Tensor attributes that torch code reads (hasattr(x, "grad_fn"), x.is_leaf,
+    # x.layout ...): what the padded data, which every example shares, says
+    for _name in ("grad_fn", "is_leaf", "layout", "output_nr", "retains_grad", "itemsize",
+                  "is_cpu", "is_ipu", "is_maia", "is_meta", "is_mkldnn", "is_mps", "is_mtia",
+                  "is_quantized", "is_sparse", "is_sparse_csr", "is_vulkan", "is_xla", "is_xpu"):
+        locals()[_name] = property(lambda self, _n=_name: getattr(self.padded_data, _n),
+                                   doc=f"``{_name}`` of the padded data.")
+    del _name
+
+    @property
+    def names(self):
+        """No named dimensions: ``None`` per dimension, as an unnamed Tensor."""
+        return (None,) * self._data.dim()
+
+    def __format__(self, spec):
+        if not spec:
+            return repr(self)
+        raise TypeError(
+            f"cannot format a MaskedBatch with {spec!r}: it holds one value per example, not "
+            f"one number. Combine the examples first, e.g. "
+            f"f\"{{matchbox.example_mean(loss).item():{spec}}}\", or format each example: "
+            f"[f\"{{e.item():{spec}}}\" for e in loss.examples()]")
+
     def requires_grad_(self, flag=True):
         self.padded_data.requires_grad_(flag)
         return self
@@ -307,6 +419,7 @@ class MaskedBatch:
         that broadcasts against the padded data) weights the real entries;
         padding gets none.  The other arguments are ``Tensor.backward``'s."""
         data = self.padded_data
+        refuse_absent(self, "backward")
         if gradient is None:
             if not (data.is_floating_point() or data.is_complex()):
                 raise RuntimeError("backward: a MaskedBatch of integers has no gradient")
@@ -514,6 +627,11 @@ class MaskedBatch:
                     f"dimension of size 1 (use x.unsqueeze(0))")
             if e.device != first.device:
                 raise ValueError(f"example {i} is on {e.device} but example 0 is on {first.device}")
+            if e.dtype != first.dtype:
+                raise ValueError(
+                    f"example {i} has dtype {e.dtype} but example 0 has {first.dtype}; all "
+                    f"examples need the same dtype (batching would convert them silently, e.g. "
+                    f"losing integer precision): cast them first, e.g. e.float() or e.long()")
         n = first.dim() - 1
         sizes = torch.tensor([list(e.shape[1:]) for e in examples], dtype=torch.long).reshape(len(examples), n)
         if dims is None:
@@ -543,7 +661,7 @@ class MaskedBatch:
         """The per-example Tensors, each with its leading 1, cut to size."""
         dyn = [i + 1 for i, d in enumerate(self.dims) if d]
         if self._mask is not None and not dyn:
-            missing = ~self._mask.reshape(self._mask.size(0), -1).any(1)
+            missing = absent_examples(self._mask)
             if bool(missing.any()):
                 raise ValueError(
                     f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
@@ -654,7 +772,12 @@ class MaskedBatch:
                 f"dtype={self._data.dtype}, device={self._data.device})")
 
     def __reduce__(self):
-        return (MaskedBatch, (self.padded_data, self._mask, self.dims))
+        # the mask and dims go in as state, unchecked: any batch an op made
+        # (a step some examples lack, examples of length 0) loads back as it was
+        return (MaskedBatch, (self.padded_data,), (self._mask, self.dims))
+
+    def __setstate__(self, state):
+        self._mask, self.dims = state
 
     def __deepcopy__(self, memo):
         import copy

@@ -92,8 +92,14 @@ def func_name(func):
     return f"torch.{name}" if "." not in name else name
 
 
+class MissingRule(NotImplementedError, AttributeError):
+    """No rule for a torch op on a MaskedBatch.  Also an AttributeError, so
+    ``hasattr(x, name)`` and ``getattr(x, name, default)`` answer instead
+    of raising."""
+
+
 def missing_rule(name):
-    return NotImplementedError(
+    return MissingRule(
         f"matchbox has no rule for {name} on a MaskedBatch. Op rules live in "
         f"matchbox/ops/ (one module per op family); add one there with "
         f"@register({name}), or leave matchbox with .to_padded()/.examples() and "

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch.nn import _reduction as _Reduction
 
 from .._lanes import active_lanes, batch_size_hint
+from ..core import refuse_absent
 from . import _registry
 from ._registry import (align, canon_mask, fail_if, is_mb, keep, new, register,
                         scatter_rows, true_rows, with_lanes)
@@ -75,11 +76,11 @@ def _per_example(loss, real, pos, reduction, denom=None):
     (a dormant lane, a loop step it lacks) divides by 1, so neither its value
     nor the gradient that reaches it is 0/0."""
     B = loss.size(0)
-    total = loss.reshape(B, -1).sum(1)
-    mask = None if pos is None else pos.expand(loss.shape).reshape(B, -1).any(1)
+    total = loss.reshape(B, loss.shape[1:].numel()).sum(1)
+    mask = None if pos is None else pos.expand(loss.shape).reshape(B, loss.shape[1:].numel()).any(1)
     if reduction == "sum":
         return new(total, mask, ())
-    r = None if real is None else real.expand(loss.shape).reshape(B, -1)
+    r = None if real is None else real.expand(loss.shape).reshape(B, loss.shape[1:].numel())
     if denom is None:
         denom = loss[0].numel() if r is None else r.sum(1).to(total.dtype)
     if r is not None:
@@ -438,6 +439,7 @@ def _real_sum(loss, opname):
     number of examples) of a MaskedBatch, or of a plain Tensor whose dim 0
     indexes examples (a 0-dim Tensor is one example)."""
     if is_mb(loss):
+        refuse_absent(loss, f"matchbox.{opname}")
         data = loss.padded_data
         if loss._mask is None:
             return data.sum(), data.numel(), data.size(0)

@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..core import empty_sizes, mask_from_lengths
 from ._registry import is_mb, new, norm_dim, real_mask, register, register_distinct
 
 T = torch.Tensor
@@ -52,6 +53,13 @@ class _Reduction:
         except ValueError as e:
             raise ValueError(f"{op}: {e}") from None
         self.ds = ds
+        # examples of length 0 along a reduced dim: present, with torch's
+        # answer for an empty tensor (see core.mark_sizes)
+        self.sizes, self.empty = empty_sizes(x._mask), None
+        if self.sizes is not None:
+            zero = [self.sizes[0][d] == 0 for d in ds if d in self.sizes[0]]
+            if zero:
+                self.empty = torch.stack(zero).any(0)
         m = real_mask(x)
         self.masked = m is not None and any(x.dims[d - 1] for d in ds)
         data = x.padded_data
@@ -59,8 +67,8 @@ class _Reduction:
             data = torch.where(m, data, _fill_value(fill, data.dtype))
         if self.full:
             # one value per example: reduce a flat (B, N) view over dim 1
-            self.padded_data = data.reshape(B, -1)
-            self.m = None if m is None else m.expand_as(x.padded_data).reshape(B, -1)
+            self.padded_data = data.reshape(B, data.shape[1:].numel())
+            self.m = None if m is None else m.expand_as(x.padded_data).reshape(B, x.padded_data.shape[1:].numel())
             self.dim, self.keepdim, self.rd = 1, False, (1,)
         else:
             self.padded_data, self.m = data, m
@@ -90,7 +98,39 @@ class _Reduction:
             dims = tuple(False if i + 1 in self.ds else d for i, d in enumerate(x.dims))
         else:
             dims = tuple(d for i, d in enumerate(x.dims) if i + 1 not in self.ds)
+        if self.sizes is not None and self.ds:
+            mask = self._kept_sizes(out, dims)
         return new(out, mask, dims)
+
+    def _kept_sizes(self, out, dims):
+        """The result's mask from the recorded sizes of the kept dynamic
+        dims: every example stays present, an empty one included."""
+        lengths, new_d = {}, 0
+        for i in range(1, self.x.padded_data.dim()):
+            if i in self.ds and not self.user_keepdim:
+                continue
+            new_d += 1
+            if i in self.sizes[0] and i not in self.ds:
+                lengths[new_d] = self.sizes[0][i]
+        return mask_from_lengths(lengths, out.shape, dims)
+
+    def refuse_empty(self):
+        """torch raises for max/min/argmax of an empty tensor: so do we,
+        naming the examples."""
+        if self.empty is not None and bool(self.empty.any()):
+            raise ValueError(
+                f"{self.op}: examples {self.empty.nonzero().flatten().tolist()} have length 0 "
+                f"along the reduced dimension {list(self.ds)}, and {self.op} of an empty "
+                f"tensor has no value (torch raises for one example too); guard it, e.g. "
+                f"with a per-example `if` under @matchbox.batch, or use amax with a default")
+
+    def nan_where_empty(self, v):
+        """``v`` with NaN for the examples that are empty along the reduced
+        dims (mean, var and std of an empty tensor are NaN in torch)."""
+        if self.empty is None:
+            return v
+        e = self.empty.view((-1,) + (1,) * (v.dim() - 1))
+        return torch.where(e, torch.full((), float("nan"), dtype=v.dtype, device=v.device), v)
 
 
 def _no_out(op, out):
@@ -107,6 +147,8 @@ def _simple(fn, fill, name, has_keepdim=True, needs_dim=False):
         if needs_dim and dim is None:
             raise TypeError(f"{name}() missing 1 required positional argument: 'dim'")
         r = _Reduction(input, dim, keepdim, name, fill)
+        if name in ("amax", "amin"):
+            r.refuse_empty()
         if has_keepdim:
             kwargs["keepdim"] = r.keepdim
         return r.wrap(fn(r.padded_data, r.dim, **kwargs))
@@ -135,7 +177,7 @@ def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
     if not r.masked or not (dtype or r.padded_data.dtype).is_floating_point:
         return r.wrap(torch.mean(r.padded_data, r.dim, keepdim=r.keepdim, dtype=dtype))
     s = torch.sum(r.padded_data, r.dim, keepdim=r.keepdim, dtype=dtype)
-    return r.wrap(s / r.count(dtype=s.dtype).clamp_min(1))
+    return r.wrap(r.nan_where_empty(s / r.count(dtype=s.dtype).clamp_min(1)))
 
 
 # ------------------------------------------------------------------ var / std
@@ -183,7 +225,7 @@ def _var_family(fn, root, with_mean):
         count = r.count()
         # padding-only positions divide by 1 rather than by a non-positive count
         v = ss / torch.where(count > 0, count - correction, torch.ones_like(count))
-        v = r.wrap(_sqrt(v) if root else v)
+        v = r.wrap(r.nan_where_empty(_sqrt(v) if root else v))
         if not with_mean:
             return v
         return v, r.wrap(mean_k if r.keepdim else mean_k.squeeze(r.rd))
@@ -209,6 +251,7 @@ def _max_min(name, fill, binary):
             # torch.max(a, b): the elementwise maximum
             return binary(input, dim if other is None else other)
         r = _Reduction(input, dim, keepdim, name, fill)
+        r.refuse_empty()
         if dim is None:
             return r.wrap(fn(r.padded_data, 1).values)
         values, indices = fn(r.padded_data, r.dim, r.keepdim)
@@ -242,6 +285,7 @@ def _arg(name, fill):
 
     def rule(input, dim=None, keepdim=False):
         r = _Reduction(input, dim, keepdim, name, fill)
+        r.refuse_empty()
         idx = fn(r.padded_data, r.dim, keepdim=r.keepdim)
         if dim is None and input._mask is not None:
             idx = _example_flat_index(input, idx)

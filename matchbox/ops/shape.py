@@ -65,7 +65,7 @@ def lanes_present(x, active=True):
         return None
     if m.numel() == m.size(0):  # a lane mask (static dims): no reduction
         return m.reshape(m.size(0))
-    return m.reshape(m.size(0), -1).any(1)
+    return m.reshape(m.size(0), m.shape[1:].numel()).any(1)
 
 
 def gather_line(t, d, index):

@@ -1,0 +1,145 @@
+"""Issue 18: inputs and reads that used to give a silently wrong number or
+an unhelpful error.  Each test gives the per-example answer (checked with
+mb_test against single-example runs) or asserts the clear error."""
+import pickle
+
+import pytest
+import torch
+
+import matchbox
+from matchbox import MaskedBatch
+
+
+# ------------------------------------------------------------------ item 4: validation
+def test_mask_with_two_dynamic_dims_must_be_rectangular():
+    data = torch.randn(1, 2, 2)
+    mask = torch.tensor([[[True, True], [True, False]]])
+    with pytest.raises(ValueError, match=r"examples \[0\] is not rectangular"):
+        MaskedBatch(data, mask, (True, True))
+    ok = torch.tensor([[[True, True], [False, False]]])
+    assert MaskedBatch(data, ok, (True, True)).examples()[0].shape == (1, 1, 2)
+
+
+def test_fromlist_refuses_mixed_dtypes_naming_the_example():
+    xs = [torch.tensor([[2 ** 40 + 1]]), torch.tensor([[0.5]])]
+    with pytest.raises(ValueError, match=r"example 1 has dtype torch.float32 but example 0 has torch.int64"):
+        MaskedBatch.fromlist(xs)
+
+
+# ------------------------------------------------------------------ item 5: errors
+def test_zero_examples_reduce():
+    x = MaskedBatch.from_padded(torch.randn(0, 5, 3), torch.zeros(0, dtype=torch.long))
+    assert x.sum(1).padded_data.shape == (0, 3)
+    assert x.sum().padded_data.shape == (0,)
+    assert x.mean().padded_data.shape == (0,)
+
+
+def test_format_spec_says_to_combine_examples():
+    loss = MaskedBatch.fromlist([torch.ones(1, 2), torch.ones(1, 2)]).sum(1)
+    with pytest.raises(TypeError, match=r"example_mean\(loss\).item\(\)"):
+        f"{loss:.3f}"
+    assert f"{loss}" == repr(loss)
+
+
+def test_tensor_attributes_read_as_on_a_tensor():
+    x = MaskedBatch.fromlist([torch.ones(1, 2), torch.ones(1, 3)]).requires_grad_()
+    assert hasattr(x, "grad_fn") and x.grad_fn is None and x.is_leaf
+    y = x * 2
+    assert y.grad_fn is not None and not y.is_leaf and y.requires_grad
+    assert x.layout == torch.strided and x.names == (None, None)
+    assert not x.is_sparse and not x.is_quantized and not x.is_meta and x.is_cpu
+    assert x.itemsize == 4 and x.grad is None
+    # an op without a rule: hasattr answers False, the call still names the op
+    assert getattr(x, "H", "default") == "default"
+    with pytest.raises(NotImplementedError, match="no rule for Tensor.H"):
+        x.H
+
+
+def test_torch_load_with_weights_only_and_pickle_keep_any_batch(tmp_path):
+    b = MaskedBatch.fromlist([torch.ones(1, 2), torch.ones(1, 3)])
+    absent = b.unbind(1)[2]          # a step example 0 lacks: kept as it is
+    for v in (b, absent):
+        torch.save(v, tmp_path / "b.pt")
+        with torch.serialization.safe_globals([MaskedBatch]):
+            c = torch.load(tmp_path / "b.pt")
+        d = pickle.loads(pickle.dumps(v))
+        for w in (c, d):
+            assert torch.equal(w.mask, v.mask) and w.dims == v.dims
+            assert torch.equal(w.padded_data, v.padded_data)
+    assert "weights_only" in open("docs/api.md").read()
+
+
+# ------------------------------------------------------------------ item 1: absent examples
+def _rnn_batch():
+    torch.manual_seed(0)
+    xs = [torch.randn(1, n, 4) for n in (3, 5, 2)]
+    return torch.nn.RNNCell(4, 4), xs, MaskedBatch.fromlist(xs, (True, False))
+
+
+@pytest.mark.parametrize("last", ["loop", "unbind_last", "sum_of_steps"])
+@pytest.mark.parametrize("combine", ["example_sum", "example_mean", "token_mean", "backward"])
+def test_a_value_some_examples_lack_refuses_to_reach_a_loss(last, combine):
+    cell, _, x = _rnn_batch()
+    if last == "loop":              # a per-step loop without @batch
+        h = x.batch_zeros(4)
+        for x_t in x.unbind(1):
+            h = cell(x_t, h)
+    elif last == "unbind_last":
+        h = cell(x.unbind(1)[-1], x.batch_zeros(4))
+    else:
+        h = sum(v for v in x.unbind(1))
+    loss = torch.nn.functional.mse_loss(h, torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"examples \[0, 2\] of this batch hold no value.*@matchbox.batch"):
+        if combine == "backward":
+            loss.backward()
+        else:
+            getattr(matchbox, combine)(loss)
+    # a per-example reduction keeps the absence; it does not raise by itself
+    assert h.sum(1).mask.tolist() == [False, True, False]
+
+
+def test_the_same_loop_under_batch_combines_every_example():
+    cell, xs, x = _rnn_batch()
+
+    @matchbox.batch
+    def last(x):
+        h = x.batch_zeros(4)
+        for x_t in x.unbind(1):
+            h = cell(x_t, h)
+        return h
+
+    loss = torch.nn.functional.mse_loss(last(x), torch.zeros(1, 4))
+    want = sum(torch.nn.functional.mse_loss(last(e), torch.zeros(1, 4)) for e in xs) / 3
+    torch.testing.assert_close(matchbox.example_mean(loss), want)
+
+
+# ------------------------------------------------------------------ item 2: length-0 examples
+def test_an_empty_example_is_a_real_example():
+    from matchbox.test_utils import mb_test
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 4)
+    xs = [torch.randn(1, n, 3) for n in (0, 2, 3)]
+    b = MaskedBatch.fromlist(xs, (True, False))
+
+    def loss(x):  # an empty sentence's logits are the bias
+        return torch.nn.functional.cross_entropy(lin(x.sum(1)), torch.tensor([1]))
+
+    mb_test(loss, b, params=list(lin.parameters()))
+    want = sum(loss(x) for x in xs) / 3
+    torch.testing.assert_close(matchbox.example_mean(loss(b)), want)
+    mb_test(lambda x: x.prod(1) * 2 + x.sum(1), b)
+    m = b.mean(1).padded_data
+    assert torch.isnan(m[0]).all() and torch.isfinite(m[1:]).all()
+    with pytest.raises(ValueError, match=r"max: examples \[0\] have length 0"):
+        b.max(1)
+    fp = MaskedBatch.from_padded(b.padded_data, torch.tensor([0, 2, 3]))
+    assert [e.shape for e in fp.sum(1).examples()] == [(1, 3)] * 3
+
+
+def test_an_empty_example_keeps_its_other_sizes():
+    from matchbox.test_utils import mb_test
+    xs = [torch.randn(1, a, c) for a, c in ((0, 2), (2, 3), (3, 1))]
+    b = MaskedBatch.fromlist(xs, (True, True))
+    assert [tuple(e.shape) for e in b.examples()] == [(1, 0, 2), (1, 2, 3), (1, 3, 1)]
+    assert [tuple(e.shape) for e in b.sum(1).examples()] == [(1, 2), (1, 3), (1, 1)]
+    mb_test(lambda x: x.sum(1) * 3, b)
