@@ -687,7 +687,9 @@ class MaskedBatch:
         dims and a matching tuple of lengths for several dynamic dims.  With
         ``batch_first=False`` the input is ``(T, B, ...)`` as in ``nn.LSTM``.
         Instead of ``lengths``, ``key_padding_mask`` may give a bool ``(B, T)``
-        in nn.MultiheadAttention's convention (True = padding, at the end)."""
+        in nn.MultiheadAttention's convention (True = padding, at the end).
+        The batch holds a copy whose padding is 0, whatever the Tensor held
+        there (NaN, inf): garbage padding can reach no value or gradient."""
         if not batch_first:
             data = data.transpose(0, 1)
         if key_padding_mask is not None:
@@ -716,7 +718,13 @@ class MaskedBatch:
                 raise ValueError(f"from_padded: lengths must lie in [0, {data.size(d)}] along dim {d}")
             lens[d] = ln
         dims = tuple(i + 1 in lens for i in range(n))
-        return cls._new(data, mask_from_lengths(lens, data.shape, dims), dims)
+        mask = mask_from_lengths(lens, data.shape, dims)
+        if mask is None:
+            return cls._new(data, None, dims)
+        # padding enters clean: whatever the padded Tensor held there (NaN,
+        # inf) can never reach a value or a gradient, and rules that know the
+        # padding is 0 skip their masking
+        return cls._new(data.masked_fill(~mask, 0), mask, dims, zero=True)
 
     def key_padding_mask(self, dim=1):
         """The bool ``(B, n)`` mask of dimension ``dim`` in the convention of

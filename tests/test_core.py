@@ -129,7 +129,9 @@ def test_padded_roundtrip():
     p = b.to_padded(0.0)
     assert torch.equal(p[1, 2:], torch.zeros(3, 2)) and torch.equal(p[0], data[0])
     t = MaskedBatch.from_padded(data.transpose(0, 1), [5, 2, 3], batch_first=False)
-    assert torch.equal(t.padded_data, data)
+    assert torch.equal(t.to_padded(0.0), p)
+    # the padding enters clean: whatever the Tensor held there is 0 in the batch
+    assert t._zero and torch.equal(t.padded_data, p)
     with pytest.raises(ValueError, match="lengths must lie"):
         MaskedBatch.from_padded(data, [6, 1, 1])
     with pytest.raises(ValueError, match="3 lengths for a batch of 2"):

@@ -143,3 +143,57 @@ def test_an_empty_example_keeps_its_other_sizes():
     assert [tuple(e.shape) for e in b.examples()] == [(1, 0, 2), (1, 2, 3), (1, 3, 1)]
     assert [tuple(e.shape) for e in b.sum(1).examples()] == [(1, 2), (1, 3), (1, 1)]
     mb_test(lambda x: x.sum(1) * 3, b)
+
+
+# ------------------------------------------------------------------ item 11
+def _nan_padded(lengths, d=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pad = torch.randn(len(lengths), max(lengths), d, generator=g, dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        pad[b, n:] = float("nan")
+    return pad
+
+
+@matchbox.batch
+def _step_loop(x, w):
+    acc = x[:, 0].sum(1) * 0
+    for x_t in x.unbind(1):
+        v = (x_t * w).sum(1)
+        acc = acc + v
+        if v > 0:
+            acc = acc + torch.log(v)
+    return acc
+
+
+@pytest.mark.parametrize("lengths", [[3, 1, 4], [2, 2], [1]])
+def test_nan_padding_from_from_padded_never_reaches_a_gradient(lengths):
+    """NaN (or any garbage) in the padding of a Tensor handed to from_padded
+    reached the gradient of a parameter through a loop over steps; padding
+    now enters clean."""
+    pad = _nan_padded(lengths)
+    w = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    matchbox.example_sum(_step_loop(MaskedBatch.from_padded(pad, torch.tensor(lengths)), w)).backward()
+    want = w.detach().clone().requires_grad_()
+    sum(_step_loop(pad[b:b + 1, :n], want).sum() for b, n in enumerate(lengths)).backward()
+    torch.testing.assert_close(w.grad, want.grad)
+
+    xs = pad.clone().requires_grad_()
+    y = torch.nn.functional.normalize(MaskedBatch.from_padded(xs, torch.tensor(lengths)), dim=1)
+    matchbox.example_sum(y * torch.tensor([1.0, 2.0], dtype=torch.float64)).backward()
+    for b, n in enumerate(lengths):
+        one = pad[b:b + 1, :n].clone().requires_grad_()
+        (torch.nn.functional.normalize(one, dim=1) * torch.tensor([1.0, 2.0], dtype=torch.float64)).sum().backward()
+        torch.testing.assert_close(xs.grad[b:b + 1, :n], one.grad)
+        assert (xs.grad[b, n:] == 0).all()
+
+
+@matchbox.batch
+def _countdown(x):
+    while x.sum() > 0:
+        x = x - 1
+    return x
+
+
+def test_a_batch_of_no_examples_runs_a_while_loop():
+    x = MaskedBatch(torch.zeros(0, 3), None, (False,))
+    assert _countdown(x).batch_size == 0

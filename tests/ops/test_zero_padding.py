@@ -31,7 +31,7 @@ def zero_padded(feat=4, lengths=LENGTHS, seed=0):
 def nan_padded(feat=4, lengths=LENGTHS, seed=0):
     x = zero_padded(feat, lengths, seed)
     data = x.padded_data.masked_fill(~x.mask, float("nan"))
-    return MaskedBatch.from_padded(data, torch.tensor(lengths))
+    return MaskedBatch(data, x.mask, x.dims)  # (from_padded would clean the padding)
 
 
 def assert_zero_padding(out):

@@ -23,7 +23,7 @@ def cond(value):
     if isinstance(value, MaskedBatch):
         d = value.padded_data
         B = d.size(0)
-        if d[0].numel() != 1:
+        if d.shape[1:].numel() != 1:  # (not d[0]: a batch may hold no example)
             raise ValueError(
                 f"a per-example condition must hold one value per example, but it has "
                 f"per-example shape {tuple(d.shape[1:])}; reduce it with .any() or .all()")

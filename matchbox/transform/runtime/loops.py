@@ -57,8 +57,8 @@ class _Loop:
             return c
         lanes = _inside(_combine(self.alive, c), self.alive)
         n = int(lanes.sum())
-        if self.alive is None and n == lanes.numel():
-            return True
+        if self.alive is None and n == lanes.numel() > 0:
+            return True   # every lane stays (and there is one: B=0 ends at once)
         self.alive = lanes
         _ACTIVE.set(lanes)
         return n > 0
