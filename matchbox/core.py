@@ -148,7 +148,8 @@ def refuse_absent(x, what):
             f"value: it was computed in a step those examples do not have, so they would "
             f"be left out silently (e.g. a loop over x.unbind(d), x.unbind(d)[-1] or "
             f"sum(x.unbind(d)) outside @matchbox.batch, where the last step is not every "
-            f"example's last). Put the per-example loop under @matchbox.batch, or index per "
+            f"example's last; or a mask given to MaskedBatch(...) that marks none of their "
+            f"entries real). Put the per-example loop under @matchbox.batch, or index per "
             f"example: x[:, -1] is each example's own last step")
 
 
@@ -666,8 +667,9 @@ class MaskedBatch:
                 raise ValueError(
                     f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
                     f"value: it was computed in a step those examples do not have (e.g. a "
-                    f"loop over x.unbind(d) or x.unbind(d)[i] outside @matchbox.batch). Put "
-                    f"the per-example loop under @matchbox.batch, or index per example: "
+                    f"loop over x.unbind(d) or x.unbind(d)[i] outside @matchbox.batch, or a "
+                    f"mask given to MaskedBatch(...) that marks none of their entries real). "
+                    f"Put the per-example loop under @matchbox.batch, or index per example: "
                     f"x[:, i] (negative i counts from each example's own end)")
         if self._mask is None or not dyn:
             return list(self.padded_data.split(1, 0))
