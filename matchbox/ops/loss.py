@@ -290,6 +290,9 @@ def _elementwise(opname, fn, operands, reduction, safe=(0.0, 0.0), weighted_mean
     ops = [o for o in operands if o is not None]
     datas, mask, dims = align(ops, opname)
     shape = torch.broadcast_shapes(*[d.shape for d in datas if isinstance(d, torch.Tensor)])
+    # a shared operand (leading 1) meets each example at its own size, as in
+    # the per-example call: no broadcasting warning from torch's loss
+    datas = [d.expand(shape) if isinstance(d, torch.Tensor) else d for d in datas]
     real = with_lanes(mask, len(shape))
     if reduction == "none" and not always_safe:
         return new(fn(*datas), mask, dims)
