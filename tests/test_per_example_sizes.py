@@ -123,3 +123,19 @@ def test_new_constructors():
     assert all(torch.equal(e, torch.full((1, 2), 7.0)) for e in f.examples())
     shared = x.new_ones(5, 2)                         # not per example: one shared Tensor
     assert type(shared) is torch.Tensor and shared.shape == (5, 2)
+
+
+def scaled_by_new_tensor(x):                  # x: (1, 3)
+    w = x.new_tensor([[0.5, 1.0, 2.0]])       # a leading 1: the same row in every example
+    b = x.new_tensor([1.0, -1.0, 0.0])        # no leading 1: one shared Tensor
+    return x * w + b
+
+
+@pytest.mark.parametrize("B,lengths", BATCHES)
+def test_new_tensor_and_legacy_new(B, lengths):
+    mb_test(scaled_by_new_tensor, (B, (False, 3)), lengths=lengths, dtype=D)
+    x = mb_rand(B, (False, 3), dtype=D)
+    assert [e.shape for e in x.new(1, 4).examples()] == [(1, 4)] * B
+    assert x.new(x.size(0), x.size(-1)).batch_size == B      # the original's README RNN state
+    assert torch.equal(x.new([2.0, 3.0]), torch.tensor([2.0, 3.0], dtype=D))
+    assert type(x.new_tensor([1.0, 2.0])) is torch.Tensor and x.new_tensor([1.0]).batch_size == B

@@ -128,3 +128,28 @@ def _new_ctor(name):
 
 for _name in ("new_zeros", "new_ones", "new_empty", "new_full"):
     register_distinct(getattr(torch.Tensor, _name))(_new_ctor(_name))
+
+
+@register_distinct(torch.Tensor.new_tensor)
+def new_tensor(input, data, **kwargs):
+    """``x.new_tensor(values)``: the same values in every example; with a
+    leading 1, a value per example (as ``new_zeros``), else one plain
+    Tensor shared by every example."""
+    t = input.padded_data.new_tensor(data, **kwargs)
+    if t.dim() and t.size(0) == 1:
+        return new(t.expand((input.batch_size,) + t.shape[1:]).clone(), None,
+                   (False,) * (t.dim() - 1))
+    return t
+
+
+@register_distinct(torch.Tensor.new)
+def legacy_new(input, *args, **kwargs):
+    """The legacy ``x.new(...)``: ``x.new(1, h)`` is ``new_empty`` (a value
+    per example), ``x.new(values)`` is ``new_tensor``, ``x.new()`` empty."""
+    if args and all(isinstance(a, int) for a in args):
+        return input.new_empty(args, **kwargs)
+    if len(args) == 1 and isinstance(args[0], torch.Size):
+        return input.new_empty(args[0], **kwargs)
+    if len(args) == 1:
+        return new_tensor(input, args[0], **kwargs)
+    return input.padded_data.new(*args, **kwargs)
