@@ -9,9 +9,10 @@ from .analysis import assigned_names, local_names, param_names, walk_scope
 from .errors import BatchSyntaxError
 
 _CONTROL = (gast.If, gast.While, gast.For, gast.IfExp)
-# methods that change a Python container in place
+# methods that change a Python container in place (not add or sort: on a
+# Tensor they make a new one)
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
-             "add", "discard", "popitem", "sort", "reverse"}
+             "discard", "popitem", "reverse"}
 
 
 def _changed_containers(nodes):

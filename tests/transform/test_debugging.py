@@ -206,3 +206,17 @@ def test_constructs_that_would_act_for_every_example_raise_at_decoration():
 
     x = MaskedBatch.fromlist([torch.ones(1, 2), -torch.ones(1, 2)], (False,))
     assert len(batched_closure(x)) == 1
+
+
+def test_a_nested_function_that_only_reads_enclosing_tensors_is_not_refused():
+    @batch
+    def f(x):
+        h = x * 2
+
+        def shifted(u):
+            return u + h.add(1).sort(-1).values   # Tensor.add / sort make new Tensors
+        if x.sum() > 0:
+            x = shifted(x)
+        return x
+
+    mb_test(f, (5, (False, 3)))
