@@ -13,7 +13,7 @@ import torch
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .compaction import owned as _owned
-from .lists import extend
+from .lists import extend_owned
 from .select import ShapeMismatch, select
 from .values import Mixed, Undefined
 
@@ -123,7 +123,7 @@ def aug_assign(old, op, value):
     inplace, outplace = _AUG[op]
     comp = _owned()
     if op == "+=" and isinstance(old, list):  # lst += items: appends per lane
-        extend(old, value, comp)
+        extend_owned(old, value, comp)
         return old
     if comp is not None:
         return _compacted_assign(comp, old, outplace(_read(comp.take(old)), value))

@@ -56,13 +56,16 @@ def append(lst, value):
     _append_owned(lst, value, _owned())
 
 
-def extend(lst, values, comp=None):
-    """``lst.extend(values)`` (and ``lst += values``): a masked append per
-    item.  ``comp``: the caller's loop compaction, when the caller is the
-    runtime's ``aug_assign``."""
+def extend(lst, values):
+    """``lst.extend(values)``: a masked append per item."""
     if not isinstance(lst, list):
         return lst.extend(values)
-    comp = _owned() if comp is None else comp
+    extend_owned(lst, values, _owned())
+
+
+def extend_owned(lst, values, comp):
+    """``extend`` for a caller whose loop compaction (or None) is ``comp``
+    (also ``lst += values``, through ``aug_assign``)."""
     for v in list(values):
         _append_owned(lst, v, comp)
 
