@@ -153,8 +153,13 @@ for _name, _safe in UNARY_SAFE.items():
 
 def _last_two(f):
     """``f`` over each example's last two dims (tril/triu): a 2-D example
-    (1, n) is the matrix (1, n), not the batch's (B, n)."""
+    (1, n) is the matrix (1, n), not the batch's (B, n).  The kept entries
+    depend only on their indices, which a real prefix shares with its
+    example, so dynamic dims need nothing more."""
     def g(data, *args, **kwargs):
+        if data.dim() < 2:
+            raise RuntimeError(f"{f.__name__}: input tensor must have at least 2 dimensions "
+                               f"per example (a MaskedBatch example counts its leading 1)")
         return f(data.unsqueeze(1), *args, **kwargs).squeeze(1)
     g.__name__ = f.__name__
     return g

@@ -1,6 +1,7 @@
 """Shape ops: view/reshape, transpose/permute, (un)squeeze, flatten, expand,
-repeat, split/chunk/unbind, cat/stack, flip, cumsum, and the example-level
-helpers ``split_dim`` / ``join_dims``.
+repeat, tile, repeat_interleave, split/chunk/unbind, cat/stack, flip, roll,
+diff, diagonal, cumsum/cumprod/cummax/cummin/logcumsumexp, and the
+example-level helpers ``split_dim`` / ``join_dims``.
 
 Per-example dimension ``d`` of the user's code is data dimension ``d``;
 dimension 0 is each example's leading 1 (the batch in ``padded_data``).  No rule
@@ -35,9 +36,14 @@ dynamic dimension):
   size) return as many pieces as the longest example has; a piece an example
   does not have is a batch whose mask is False in that lane, which the
   ``@batch`` runtime uses as the active lanes of a ``for`` iteration;
-- flip reverses each example's real prefix; cumsum/cumprod over a dynamic
-  dim mask their output with ``where`` so gradients arriving at padding
-  (possibly NaN) never reach real entries.
+- flip reverses each example's real prefix and roll rolls it (gathers);
+  cumsum/cumprod/cummax/cummin/logcumsumexp and diff over a dynamic dim mask
+  their output with ``where`` so gradients arriving at padding (possibly NaN)
+  never reach real entries;
+- repeat_interleave by an int repeats data and mask alike (a real prefix
+  stays a prefix); diagonal of dynamic dims is a prefix of the padded
+  diagonal.  An example left with no entries (diff of a length-1 example)
+  is recorded as present (see ``core.mark_sizes``).
 """
 import functools
 import operator
@@ -47,7 +53,7 @@ import torch
 from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, neutralize, new, norm_dim,
                         prefix_mask, real_mask, register_distinct)
 from .helpers import helper
-from ..core import MaskedBatch
+from ..core import MaskedBatch, absent_examples, mark_sizes
 from .attention import SeqFirst
 
 T = torch.Tensor
@@ -730,3 +736,195 @@ def _cumulative(fn, safe):
 
 register_distinct(torch.cumsum, T.cumsum)(_cumulative(torch.cumsum, None))
 register_distinct(torch.cumprod, T.cumprod)(_cumulative(torch.cumprod, 1.0))
+
+
+def _logcumsumexp(x, dim, dtype=None):
+    return torch.logcumsumexp(x, dim)
+
+
+_logcumsumexp.__name__ = "logcumsumexp"
+register_distinct(torch.logcumsumexp, T.logcumsumexp)(_cumulative(_logcumsumexp, 0.0))
+
+
+def _cumulative_pair(fn):
+    """cummax / cummin: (values, indices) as ``_cumulative``.  Real entries
+    are a prefix, so their running max never sees padding; the result is
+    zeroed past it, so no gradient reaches a real entry from there."""
+    result_type = getattr(torch.return_types, fn.__name__)
+
+    def rule(x, dim):
+        n = x.padded_data.dim()
+        d = dim + n if dim < 0 else dim
+        if d == 0:  # over each example's leading 1: the values, index 0
+            v, i = fn(x.padded_data.unsqueeze(1), 1)
+            v, i = v.squeeze(1), i.squeeze(1)
+        else:
+            d = norm_dim(x, d, fn.__name__)
+            dyn = x.dims[d - 1] and x._mask is not None
+            v, i = fn(neutralize(x, 0) if dyn else x.padded_data, d)
+            if dyn:
+                v = torch.where(x._mask, v, torch.zeros((), dtype=v.dtype, device=v.device))
+        return result_type((new(v, x._mask, x.dims), new(i, x._mask, x.dims)))
+    rule.__name__ = rule.__qualname__ = fn.__name__
+    return rule
+
+
+register_distinct(torch.cummax, T.cummax)(_cumulative_pair(torch.cummax))
+register_distinct(torch.cummin, T.cummin)(_cumulative_pair(torch.cummin))
+
+
+# ------------------------------------------------------------------ roll / tile / repeat_interleave / diff / diagonal
+def _with_sizes(mask, x, lengths):
+    """``mask`` (a new mask for a result of ``x``) recording the per-example
+    ``lengths`` of its dynamic dims (data dim -> ``(B,)``) when one is 0, so
+    an example left with no entries reads as present, as torch's empty
+    result (see ``core.mark_sizes``)."""
+    if mask is None or not any(bool((n == 0).any()) for n in lengths.values()):
+        return mask
+    absent = absent_examples(x._mask)
+    present = torch.ones(mask.size(0), dtype=torch.bool, device=mask.device)
+    mask = mark_sizes(mask, lengths)
+    mask._mb_sizes = (mask._mb_sizes[0], present if absent is None else ~absent)
+    return mask
+
+
+@register_distinct(torch.roll, T.roll)
+def roll(input, shifts, dims=None):
+    """Per-example roll: along a dynamic dim each example's real prefix
+    rolls within itself (a gather; padding stays in place).  Rolling the
+    leading 1 changes nothing.  Without ``dims`` the example rolls
+    flattened, which needs static dims."""
+    x, data = input, input.padded_data
+    if dims is None:
+        if x._mask is not None and any(x.dims):
+            raise ValueError("roll without dims rolls each example flattened, which mixes its "
+                             "dynamic dims with their padding; pass dims (roll(x, s, dims=d))")
+        return new(data.flatten(1).roll(shifts, 1).view_as(data), x._mask, x.dims)
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"roll: shifts and dims must align, got {len(shifts)} and {len(dims)}")
+    for s, dm in zip(shifts, dims):
+        d = norm_dim(x, dm, "roll", allow_batch=True)
+        if d == 0:
+            continue
+        if not x.dims[d - 1] or x._mask is None:
+            data = data.roll(s, d)
+            continue
+        length = x._lengths(d)[:, None]
+        ar = torch.arange(data.size(d), device=data.device)
+        data = gather_line(data, d, torch.where(ar < length, (ar - s) % length.clamp_min(1), ar))
+    return new(data, x._mask, x.dims)
+
+
+@register_distinct(torch.tile, T.tile)
+def tile(input, *dims):
+    """``tile`` is ``repeat`` with the reps padded with leading 1s."""
+    reps = _sizes(dims)
+    return repeat(input, *([1] * (input.dim() - len(reps)) + reps))
+
+
+@register_distinct(torch.repeat_interleave, T.repeat_interleave)
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """Each entry along ``dim`` ``repeats`` times in a row.  An int keeps a
+    real prefix a prefix (data and mask repeat alike).  A MaskedBatch of one
+    count per example (data ``(B,)``) gives each example its own size
+    there, ``count * size``: a dynamic dim, made by a gather."""
+    if repeats is None or not is_mb(input):
+        raise NotImplementedError(
+            "repeat_interleave(repeats) with per-example repeats returns a flat index tensor "
+            "with no leading 1; matchbox supports x.repeat_interleave(r, dim) on a MaskedBatch x")
+    if dim is None:
+        raise ValueError("repeat_interleave without dim flattens each example, its leading 1 "
+                         "included; pass a per-example dim >= 1 (flatten(1) first if needed)")
+    x, d = input, norm_dim(input, dim, "repeat_interleave")
+    if isinstance(repeats, torch.Tensor) and not is_mb(repeats) and repeats.numel() == 1:
+        repeats = int(repeats)
+    if isinstance(repeats, int):
+        m = x._mask
+        m = m if m is None or m.size(d) == 1 else m.repeat_interleave(repeats, d)
+        return new(x.padded_data.repeat_interleave(repeats, d), m, x.dims)
+    if not is_mb(repeats):
+        if x.dims[d - 1] and x._mask is not None:
+            raise ValueError(
+                f"repeat_interleave: a Tensor of repeats has one count per entry, but dimension "
+                f"{d} is dynamic (its size differs per example); use an int, or a MaskedBatch "
+                f"of one count per example")
+        return new(x.padded_data.repeat_interleave(repeats.to(x.device), d), x._mask, x.dims)
+    if repeats.padded_data.dim() != 1:
+        raise ValueError("repeat_interleave: per-example repeats must be one count per example "
+                         f"(a MaskedBatch with data (B,)); got {tuple(repeats.padded_data.shape)}")
+    r = repeats.padded_data.long()
+    fail_if(r < 0, lambda b: RuntimeError(f"repeat_interleave: example {b[0]} repeats "
+                                          f"{int(r[b])} times; repeats must be non-negative"),
+            "repeat_interleave: repeats must be non-negative")
+    size = r * x._lengths(d)
+    j = torch.arange(int(size.max()), device=r.device)
+    valid = j < size[:, None]
+    data = gather_line(x.padded_data, d, torch.where(valid, j // r.clamp_min(1)[:, None], 0))
+    view = [r.size(0)] + [1] * (d - 1) + [j.numel()] + [1] * (data.dim() - d - 1)
+    data = torch.where(valid.view(view), data, torch.zeros((), dtype=data.dtype, device=data.device))
+    mask = valid.view(view) if x._mask is None else x._mask.any(d, keepdim=True) & valid.view(view)
+    dims = x.dims[:d - 1] + (True,) + x.dims[d:]
+    lengths = {i: x._lengths(i) for i in range(1, data.dim()) if dims[i - 1] and i != d}
+    return new(data, _with_sizes(canon_mask(mask, data.shape, dims), x, {**lengths, d: size}), dims)
+
+
+def _diff1(x, d):
+    """One step of diff along data dim ``d``: entry i is x[i+1] - x[i], real
+    when x[i+1] is (so each example's size drops by one)."""
+    data, k = x.padded_data, x.padded_data.size(d)
+    s, k = min(k, 1), max(k - 1, 0)
+    hi, lo = data.narrow(d, s, k), data.narrow(d, 0, k)
+    out = torch.logical_xor(hi, lo) if data.dtype == torch.bool else hi - lo
+    if not x.dims[d - 1] or x._mask is None:
+        return new(out, x._mask, x.dims)
+    mask = x._mask.narrow(d, s, k)
+    out = torch.where(mask, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    lengths = {i: x._lengths(i) for i in range(1, data.dim()) if x.dims[i - 1]}
+    lengths[d] = (lengths[d] - 1).clamp_min(0)
+    return new(out, _with_sizes(mask, x, lengths), x.dims)
+
+
+@register_distinct(torch.diff, T.diff)
+def diff(input, n=1, dim=-1, prepend=None, append=None):
+    """Per-example diff along ``dim``: ``prepend``/``append`` join each
+    example's real entries as ``cat`` does, then each step is the next entry
+    minus this one, over real entries only."""
+    d = norm_dim(input if is_mb(input) else prepend if is_mb(prepend) else append, dim, "diff")
+    x = input
+    if prepend is not None or append is not None:
+        x = cat([p for p in (prepend, input, append) if p is not None], d)
+    for _ in range(n):
+        x = _diff1(x, d)
+    return x
+
+
+@register_distinct(torch.diagonal, T.diagonal)
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    """Per-example diagonal of dims ``dim1``, ``dim2`` (both >= 1), appended
+    last.  Each example's diagonal along dynamic dims is a prefix of the
+    padded one, of length ``min(l1, l2 - offset)`` (``min(l1 + offset, l2)``
+    for a negative offset): dynamic when either dim is."""
+    x = input
+    d1, d2 = norm_dim(x, dim1, "diagonal"), norm_dim(x, dim2, "diagonal")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal: dim1 and dim2 cannot be the same ({dim1}, {dim2})")
+    data = x.padded_data.diagonal(offset, d1, d2)
+    dyn = x.dims[d1 - 1] or x.dims[d2 - 1]
+    dims = tuple(dm for i, dm in enumerate(x.dims, 1) if i not in (d1, d2)) + (dyn,)
+    if x._mask is None:
+        return new(data, None, dims)
+    mask = x._mask.any(d2, keepdim=True).any(d1, keepdim=True).squeeze(max(d1, d2)).squeeze(min(d1, d2))
+    mask = mask.unsqueeze(-1)
+    if not dyn:
+        return new(data, mask, dims)
+    l1, l2 = x._lengths(d1), x._lengths(d2)
+    size = (torch.minimum(l1, l2 - offset) if offset >= 0 else torch.minimum(l1 + offset, l2))
+    size = size.clamp_min(0)
+    mask = mask & (torch.arange(data.size(-1), device=data.device) < size[:, None]).view(
+        [size.size(0)] + [1] * (data.dim() - 2) + [data.size(-1)])
+    others = [i for i in range(1, x.padded_data.dim()) if i not in (d1, d2)]
+    lengths = {k: x._lengths(i) for k, i in enumerate(others, 1) if dims[k - 1]}
+    return new(data, _with_sizes(canon_mask(mask, data.shape, dims), x, {**lengths, data.dim() - 1: size}),
+               dims)
