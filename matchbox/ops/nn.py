@@ -112,6 +112,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 # ------------------------------------------------------------------ dropout
 def _data_only(f):
     def rule(input, *args, **kwargs):
+        if kwargs.pop("inplace", False):  # nn.Dropout(inplace=True): see ops/inplace.py
+            from .inplace import write_in_place
+            return write_in_place(input, rule, args, kwargs, f"{f.__name__}(inplace=True)")
         _need_mb(input, f.__name__)  # each entry is scaled or zeroed: 0 stays 0
         return new(f(input.padded_data, *args, **kwargs), input._mask, input.dims, input._zero)
     rule.__name__ = f.__name__
