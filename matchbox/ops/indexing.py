@@ -1,4 +1,5 @@
-"""Indexing: ``x[...]``, ``x[...] = v``, select, narrow, gather, index_select.
+"""Indexing: ``x[...]``, ``x[...] = v``, select, narrow, gather, index_select,
+take_along_dim, scatter/scatter_add/scatter_reduce, index_add.
 
 Every index means what it means for one example:
 
@@ -26,8 +27,8 @@ entries of active lanes.
 """
 import torch
 
-from ._registry import (align, canon_mask, fail_if, is_mb, new, norm_dim, real_mask,
-                        register_distinct, with_lanes)
+from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb, new,
+                        norm_dim, real_mask, register_distinct, with_lanes)
 from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
 
 T = torch.Tensor
@@ -392,4 +393,155 @@ def masked_select(input, mask):
 
 
 __all__ = ["getitem", "setitem", "take", "gather", "index_select", "select", "narrow",
-           "masked_select"]
+           "masked_select", "take_along_dim", "scatter", "scatter_add", "scatter_reduce",
+           "index_add"]
+
+
+# ------------------------------------------------------------------ take_along_dim
+def _size_at(t, j):
+    """(padded size, dynamic?) of per-example dim ``j`` of a batch or plain Tensor."""
+    if is_mb(t):
+        return (1, False) if j == 0 else (t.padded_data.size(j), t.dims[j - 1] and t._mask is not None)
+    return t.size(j), False
+
+
+def _expand_at(t, j, n):
+    data = t.padded_data if is_mb(t) else t
+    data = data.expand(*[n if i == j else -1 for i in range(data.dim())])
+    return new(data, t._mask, t.dims) if is_mb(t) else data
+
+
+@register_distinct(torch.take_along_dim, T.take_along_dim)
+def take_along_dim(input, indices, dim=None, *, out=None):
+    """``gather`` after torch's broadcast of the other dims; per example a
+    dim broadcasts only when it is static (a dynamic dim must meet the same
+    per-example sizes)."""
+    if dim is None:
+        raise ValueError("take_along_dim without dim flattens each example, its leading 1 "
+                         "included; pass a per-example dim >= 1")
+    ref = input if is_mb(input) else indices
+    d = norm_dim(ref, dim, "take_along_dim")
+    if input.dim() != indices.dim():
+        raise RuntimeError(f"take_along_dim: input and indices should have the same number of "
+                           f"dimensions per example, got {input.dim()} and {indices.dim()}")
+    for j in range(1, input.dim()):
+        (si, di), (sx, dx) = _size_at(indices, j), _size_at(input, j)
+        if j == d or (si == sx and not (di or dx)):
+            continue
+        if di or dx:
+            if not (di and dx):
+                raise ValueError(
+                    f"take_along_dim: dimension {j} is dynamic in one operand and static in the "
+                    f"other; give both the same per-example sizes there (expand_as)")
+            check_same_lengths(input, j, indices, j, "take_along_dim")
+        elif si == 1:
+            indices = _expand_at(indices, j, sx)
+        elif sx == 1:
+            input = _expand_at(input, j, si)
+        else:
+            raise RuntimeError(f"take_along_dim: sizes {sx} and {si} of dimension {j} do not broadcast")
+    return gather(input, d, indices)
+
+
+# ------------------------------------------------------------------ scatter / index_add
+def _scatter(op, input, dim, index, src, **kwargs):
+    """``op`` (torch.scatter / scatter_add / scatter_reduce) per example.
+    Index entries that are not real (padding, dormant lanes) are sent to
+    one extra slot past the end of ``dim``, with 0 as their source, and the
+    slot is cut off after: they write nothing, and their source entries
+    get no gradient.  Real index entries must be in range of each example's
+    size along ``dim``; the index must fit the input (other dims) and the
+    source per example, as torch requires."""
+    name = op.__name__
+    ref = next(t for t in (input, index, src) if is_mb(t))
+    x = _as_batch(input, ref, name)
+    d = norm_dim(x, dim, name)
+    idx = index if is_mb(index) else _as_batch(index, x, name)
+    s = None if not isinstance(src, torch.Tensor) and not is_mb(src) else (
+        src if is_mb(src) else _as_batch(src, x, name))
+    B, ix = x.padded_data.size(0), idx.padded_data.long()
+    if ix.dim() != x.padded_data.dim() or (s is not None and s.padded_data.dim() != ix.dim()):
+        raise RuntimeError(f"{name}: index, input and src must have the same number of dims per example")
+    present = lanes_present(idx)
+    for j in range(1, ix.dim()):
+        li = idx._lengths(j)
+        for other, what in ((x, "input"), (s, "src")):
+            if other is None or (other is x and j == d):
+                continue
+            lo = other._lengths(j)
+            bad = li > lo if present is None else (li > lo) & present
+            fail_if(bad, lambda _: RuntimeError(
+                f"{name}: index is larger than {what} along dimension {j} "
+                f"({li.tolist()} vs {lo.tolist()}) per example"),
+                f"{name}: index is larger than {what} along dimension {j}")
+    length = x._lengths(d).view([B] + [1] * (ix.dim() - 1))
+    ix, keep = _in_range(ix, length, present, real_mask(idx), name, d)
+    data, shape = x.padded_data, x.padded_data.shape
+    for j in range(1, ix.dim()):
+        if j != d and ix.size(j) > data.size(j):
+            data = _pad_dim(data, j, ix.size(j))
+    trash = data.size(d)
+    data = _pad_dim(data, d, trash + 1)
+    if keep is not None:
+        ix = torch.where(keep, ix, trash)
+    if s is not None:
+        sd = s.padded_data
+        for j in range(1, ix.dim()):
+            sd = _pad_dim(sd, j, ix.size(j)).narrow(j, 0, ix.size(j))
+        if keep is not None:
+            sd = torch.where(keep, sd, torch.zeros((), dtype=sd.dtype, device=sd.device))
+        src = sd
+    out = op(data, d, ix, src, **kwargs)
+    for j in range(1, out.dim()):
+        out = out.narrow(j, 0, shape[j])
+    return new(out, x._mask, x.dims)
+
+
+@register_distinct(torch.scatter, T.scatter)
+def scatter(input, dim, index, src=None, value=None, *, reduce=None):
+    """``torch.scatter`` per example (``src`` a Tensor, batch or number)."""
+    src = value if src is None else src
+    return _scatter(torch.scatter, input, dim, index, src, **({} if reduce is None else {"reduce": reduce}))
+
+
+@register_distinct(torch.scatter_add, T.scatter_add)
+def scatter_add(input, dim, index, src):
+    """``torch.scatter_add`` per example."""
+    return _scatter(torch.scatter_add, input, dim, index, src)
+
+
+@register_distinct(torch.scatter_reduce, T.scatter_reduce)
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """``torch.scatter_reduce`` per example."""
+    return _scatter(torch.scatter_reduce, input, dim, index, src, reduce=reduce,
+                    include_self=include_self)
+
+
+@register_distinct(torch.index_add, T.index_add)
+def index_add(input, dim, index, source, *, alpha=1):
+    """``torch.index_add`` per example as a ``scatter_add``: the 1-D index (a
+    Tensor shared by every example, or a MaskedBatch of one int per
+    example, data ``(B,)``) spread over ``source``'s entries along ``dim``."""
+    ref = input if is_mb(input) else source
+    d = norm_dim(ref, dim, "index_add")
+    src = source if is_mb(source) else _as_batch(source, ref, "index_add")
+    if is_mb(index):
+        if index.padded_data.dim() != 1:
+            raise ValueError("index_add: a per-example index must be 1-D per example, i.e. one "
+                             f"int per example (data (B,)); got {tuple(index.padded_data.shape)}")
+        ix, k = index.padded_data, 1
+    else:
+        if index.dim() != 1:
+            raise ValueError("index_add: index must be a 1-D Tensor")
+        ix, k = index.to(src.padded_data.device), index.numel()
+    lens = src._lengths(d)
+    fail_if(lens != k, lambda _: RuntimeError(
+        f"index_add: source has per-example sizes {lens.tolist()} along dimension {d} but the "
+        f"index has {k} entries"), f"index_add: source and index sizes differ along dimension {d}")
+    view = [ix.size(0) if is_mb(index) else 1] + [1] * (src.padded_data.dim() - 1)
+    view[d] = k if not is_mb(index) else 1
+    ix = ix.long().view(view).expand(src.padded_data.shape[:d] + (k,) + src.padded_data.shape[d + 1:])
+    src = new(src.padded_data.narrow(d, 0, k), src._mask if src._mask is None or src._mask.size(d) == 1
+              else src._mask.narrow(d, 0, k), src.dims)
+    return scatter_add(input, d, new(ix, src._mask, src.dims), src if alpha == 1 else src * alpha)
+
