@@ -1,4 +1,4 @@
-"""nn ops: linear, embedding, dropout, layer_norm / rms_norm, glu, prelu.
+"""nn ops: linear, embedding, embedding_bag, dropout, layer_norm / rms_norm, glu, prelu.
 
 These act on the trailing *static* dimensions of each example (features),
 so data = f(data) and the mask and dims of the input are kept (embedding
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from . import _registry
 from ._registry import is_mb, keep, neutralize, new, on_real_rows, real_mask, register
 
-__all__ = ["linear", "embedding", "dropout", "layer_norm", "rms_norm", "glu", "prelu"]
+__all__ = ["linear", "embedding", "embedding_bag", "dropout", "layer_norm", "rms_norm", "glu", "prelu"]
 
 
 def _mask_out(out, m):
@@ -107,6 +107,39 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     if mask is not None:
         mask = mask.unsqueeze(-1)
     return new(out, mask, tuple(input.dims) + (False,), zero=m is not None)
+
+
+@register(F.embedding_bag)
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False,
+                  mode="mean", sparse=False, per_sample_weights=None, include_last_offset=False,
+                  padding_idx=None):
+    """``F.embedding_bag`` / ``nn.EmbeddingBag`` on 2-D examples ``(1, n)``:
+    each example is one bag of its real indices (``n`` may be dynamic),
+    giving ``(1, dim)``.  Composed of ``embedding`` and a reduction over
+    dim 1 (which sees real entries only); entries equal to ``padding_idx``
+    are left out of the bag, as torch does."""
+    _need_mb(input, "embedding_bag")
+    if offsets is not None or input.dim() != 2:
+        raise ValueError(
+            "embedding_bag on a MaskedBatch takes 2-D examples (1, n), one bag per example "
+            f"(its n indices), and no offsets; got {input.dim()}-dim examples"
+            f"{' and offsets' if offsets is not None else ''}. Put each bag in its own example")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(f"embedding_bag: per_sample_weights is only supported for "
+                                  f"mode='sum' (got mode='{mode}'), as in torch")
+    e = F.embedding(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
+    if per_sample_weights is not None:
+        e = e * per_sample_weights.unsqueeze(-1)
+    kept = torch.ones_like(input, dtype=torch.bool) if padding_idx is None else input != padding_idx
+    if mode == "max":
+        return torch.where(kept.unsqueeze(-1), e, float("-inf")).amax(1)
+    if padding_idx is not None:
+        e = torch.where(kept.unsqueeze(-1), e, 0.0)
+    if mode == "sum":
+        return e.sum(1)
+    if mode == "mean":  # an empty bag gives 0, as torch
+        return e.sum(1) / kept.sum(1, keepdim=True).clamp_min(1)
+    raise ValueError(f"embedding_bag: mode has to be one of sum, mean or max, got {mode!r}")
 
 
 # ------------------------------------------------------------------ dropout
