@@ -1,5 +1,5 @@
 """Indexing: ``x[...]``, ``x[...] = v``, select, narrow, gather, index_select,
-take_along_dim, scatter/scatter_add/scatter_reduce, index_add.
+take_along_dim, scatter/scatter_add/scatter_reduce, index_add, nonzero.
 
 Every index means what it means for one example:
 
@@ -27,6 +27,7 @@ entries of active lanes.
 """
 import torch
 
+from ..core import mask_from_lengths
 from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb, new,
                         norm_dim, real_mask, register_distinct, with_lanes)
 from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
@@ -394,7 +395,7 @@ def masked_select(input, mask):
 
 __all__ = ["getitem", "setitem", "take", "gather", "index_select", "select", "narrow",
            "masked_select", "take_along_dim", "scatter", "scatter_add", "scatter_reduce",
-           "index_add"]
+           "index_add", "nonzero"]
 
 
 # ------------------------------------------------------------------ take_along_dim
@@ -545,3 +546,27 @@ def index_add(input, dim, index, source, *, alpha=1):
               else src._mask.narrow(d, 0, k), src.dims)
     return scatter_add(input, d, new(ix, src._mask, src.dims), src if alpha == 1 else src * alpha)
 
+
+# ------------------------------------------------------------------ nonzero / argwhere
+@register_distinct(torch.nonzero, T.nonzero, torch.argwhere, T.argwhere)
+def nonzero(input, *, out=None, as_tuple=False):
+    """The indices of each example's non-zero real entries: per example
+    ``(N, ndim)`` (``ndim`` counts the leading 1, whose index is 0), as
+    torch gives, with ``N`` dynamic.  The result has no batch-of-one
+    dimension (``batch_dim`` None): storage ``(B, N, ndim)``."""
+    if out is not None:
+        raise NotImplementedError("nonzero: the out= argument is not supported on a MaskedBatch")
+    x = input
+    B, n = x.padded_data.size(0), x.padded_data.dim()
+    hit = x.padded_data != 0
+    m = real_mask(x)
+    rows = (hit if m is None else hit & m).nonzero()
+    counts = torch.bincount(rows[:, 0], minlength=B)
+    N = int(counts.max()) if B else 0
+    pos = torch.arange(rows.size(0), device=rows.device) - (counts.cumsum(0) - counts)[rows[:, 0]]
+    data = rows.new_zeros(B, N, n)
+    data[rows[:, 0], pos] = torch.cat([torch.zeros_like(rows[:, :1]), rows[:, 1:]], 1)
+    if as_tuple:
+        mask = mask_from_lengths({1: counts}, (B, N), (True,))
+        return tuple(new(data[..., i], mask, (True,), bdim=None) for i in range(n))
+    return new(data, mask_from_lengths({1: counts}, data.shape, (True, False)), (True, False), bdim=None)

@@ -57,6 +57,29 @@ def test_index_add_per_example_index(mode):
             lengths=mode, **kw)
 
 
+def examples(y):
+    return [tuple(e) for e in zip(*[z.examples() for z in y])] if isinstance(y, tuple) else y.examples()
+
+
+@pytest.mark.parametrize("f", [lambda t: t.nonzero(), lambda t: torch.argwhere(t),
+                               lambda t: torch.nonzero(t, as_tuple=True)])
+@pytest.mark.parametrize("spec", [DYN, LAST, (B, (False, 3))])
+def test_nonzero_per_example(f, spec):
+    x = mb_rand(spec, lengths="mixed")
+    x = MaskedBatch._new(torch.where(x.padded_data > 0.3, x.padded_data, 0.0), x._mask, x.dims)
+    got, want = examples(f(poison(x, 1.0))), [f(e) for e in x.examples()]
+    for g, w in zip(got, want):
+        for a, b in zip(g if isinstance(g, tuple) else [g], w if isinstance(w, tuple) else [w]):
+            assert a.shape == b.shape and torch.equal(a, b)
+
+
+def test_nonzero_result_has_a_dynamic_count():
+    x = MaskedBatch.fromlist([torch.tensor([[0., 1, 2]]), torch.tensor([[3.]]), torch.tensor([[0., 0]])])
+    y = poison(x).nonzero()
+    assert y.dims == (True, False) and y.batch_dim is None
+    assert [e.shape for e in y.examples()] == [(2, 2), (1, 2), (0, 2)]
+
+
 @pytest.mark.parametrize("call, exc, match", [
     (lambda x: x.take_along_dim(x.argsort(1)), ValueError, "pass a per-example dim"),
     (lambda x: torch.take_along_dim(x, torch.zeros(1, 5, 3, dtype=torch.long), 2), ValueError,
