@@ -20,7 +20,9 @@ When autograd records, the out-of-place value is computed from a clone of
 x's data, so the op's own saved Tensors are never the ones it overwrites.
 The gradient of a dormant lane passes through unchanged; under ``@batch``
 the active lanes compute from x's data with the dormant lanes cut, as a
-read in a branch does.
+read in a branch does.  A batch whose data is a view of another's (``x[:,
+1:2]`` on a dynamic dim views every later position too) has only its real
+entries written: its padding may be the other batch's real entries.
 
 An in-place op never changes an example's shape, so x keeps its mask and
 dims; a result that broadcasts to another per-example shape raises, as
@@ -39,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from .._lanes import active_lanes
-from ..core import absent_examples
+from ..core import absent_examples, dispatch
 from ._registry import (RULES, align, fail_if, func_name, is_mb, new, register_distinct,
                         tensor_methods, with_lanes)
 
@@ -146,7 +148,7 @@ def write_in_place(x, compute, args=(), kwargs=None, op="in-place op", cast=True
         and not torch.compiler.is_compiling()
     base = data.clone() if torch.is_grad_enabled() and (
         data.requires_grad or _records(args) or _records(kwargs.values())) else data
-    src = new(base, x._mask, x.dims, was_zero)
+    src = new(base, x._mask, x.dims, was_zero, x._bdim)
     if lanes is not None and base.requires_grad:
         src._cut = lanes  # the active lanes compute; the dormant ones add no gradient
     out = compute(src, *args, **kwargs)
@@ -156,14 +158,21 @@ def write_in_place(x, compute, args=(), kwargs=None, op="in-place op", cast=True
     value = out.padded_data
     if value is base or value is data:  # nothing changed (dropout in eval mode)
         return x
+    if out._bdim != x._bdim:
+        raise _shape_error(op, x, out)
     _no_absent_operands(x, list(args) + list(kwargs.values()), lanes, op)
     value = _fit(x, out, lanes, op)
     if cast and not torch.can_cast(value.dtype, data.dtype):
         raise RuntimeError(f"{op}: result type {value.dtype} can't be cast to the desired "
                            f"output type {data.dtype} (the dtype of the batch it writes into)")
     zero = out._zero and out._mask is x._mask
-    if lanes is not None:
-        value = torch.where(lanes.view((B,) + (1,) * (data.dim() - 1)), value.to(data.dtype), base)
+    write = None if lanes is None else lanes.view((B,) + (1,) * (data.dim() - 1))
+    if data._base is not None and x._mask is not None:
+        # a view (y[:, 1:2] on a dynamic dim): its padding may be real
+        # entries of the batch it views, so only its own real entries change
+        write = x._mask if write is None else write & x._mask
+    if write is not None:
+        value = torch.where(write, value.to(data.dtype), base)
         zero = zero and was_zero
     if _expanded_over_batch(data):
         # one storage row shared by every example (x.data = t): no example
@@ -179,8 +188,11 @@ def write_in_place(x, compute, args=(), kwargs=None, op="in-place op", cast=True
 # ------------------------------------------------------------------ derived from the rule table
 def _derived(outplace, name):
     """``self.<name>(*args)``: the value of ``outplace``'s rule, in place."""
+    def compute(*args, **kwargs):  # the out-of-place op, wherever the batch-of-one dim sits
+        return dispatch(outplace, RULES[outplace], args, kwargs)
+
     def rule(self, *args, **kwargs):
-        return write_in_place(self, RULES[outplace], args, kwargs, name)
+        return write_in_place(self, compute, args, kwargs, name)
     rule.__name__ = rule.__qualname__ = name
     rule.__doc__ = f"In place, the value of {func_name(outplace)} (see matchbox.ops.inplace)."
     return rule

@@ -452,6 +452,70 @@ def test_shape_changing_in_place_under_a_branch_raises():
         grow(x)
 
 
+@batch
+def every_example_runs_it(x, z):
+    y = x * 1.0
+    y += z                          # every lane active: in place, as in PyTorch
+    y *= 2
+    h = x.new(x.size(0), 3).zero_()  # the original Matchbox's initial state
+    h += y.sum(1)
+    return h
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_augmented_assignment_where_every_example_runs_it(lengths):
+    mb_test(every_example_runs_it, (5, (True, 4), (False, 3)), (5, (True, 4), (False, 3)),
+            lengths=lengths, dtype=torch.float64)
+
+
+@batch(compact=1.0)
+def compacted(x):
+    y = x * 1.0
+    n = x.sum(-1)
+    while n > 0:
+        y.mul_(0.5)
+        n = n - 1
+    return y
+
+
+def test_in_place_in_a_compacted_loop_raises():
+    """A compacted loop reads a copy of its live lanes: the change would be lost."""
+    x = MaskedBatch.fromlist([torch.full((1, 2), float(k)) for k in range(4)], (False,))
+    with pytest.raises(RuntimeError, match="changed in place"):
+        compacted(x)
+
+
+def _through_a_view(x):
+    y = x * 1.0
+    v = y[:, 1:2]                   # per example a view of row 1 (empty for length 1)
+    v.mul_(3).sub_(1)
+    y[:, :1].add_(2)
+    return y * 1.0
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_in_place_through_a_view_changes_the_viewed_rows_only(lengths):
+    """A slice of a dynamic dim views every later position in the padded
+    data; only its real entries (those of the slice per example) change."""
+    mb_test(_through_a_view, (6, (True, 4), (False, 3)), lengths=lengths, dtype=torch.float64)
+
+
+@batch
+def subscript_augmented(x, z):
+    y = x * 1.0
+    if x.sum() > 0:
+        y[:, 0] += z[:, 0]
+        y[:, -1] *= 3
+    y[:, 1:2] -= 1
+    return y
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_augmented_assignment_to_a_subscript(lengths):
+    mb_test(subscript_augmented, (6, (True, 4), (False, 3)), (6, (True, 4), (False, 3)),
+            lengths=lengths, dtype=torch.float64, seed=5)
+
+
 # ------------------------------------------------------------------ coverage
 def test_every_pointwise_rule_has_its_in_place_forms():
     names = (pointwise.UNARY + list(pointwise.UNARY_SAFE) + pointwise.BINARY
