@@ -25,7 +25,7 @@ from examples.common import progress
 
 from . import harness
 
-TASKS = ["bilstm", "transformer", "decode", "treelstm", "n_expansions"]
+TASKS = ["bilstm", "char_tagger", "transformer", "decode", "treelstm", "parser", "n_expansions"]
 SWEEP_TASKS = ["bilstm", "treelstm"]
 SWEEP_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 

@@ -1,0 +1,294 @@
+"""Transition-based dependency parser training step, the autobatching paper's
+"Transition-Parsing" task (a BIST arc-hybrid parser, Kiperwasser & Goldberg
+2016): forward + backward + SGD step on a batch of sentences.
+
+The example-level model (``Parser.forward``, written for ONE sentence) embeds
+the words and POS tags, runs a two-layer BiLSTM over them (BIST's
+``--bibi-lstm``; ROOT is the last token, as in BIST's barchybrid), then
+parses with the arc-hybrid system: a stack and a buffer, SHIFT (push the
+buffer's first word), LEFT (the first buffer word becomes the head of the
+stack top, which is popped) and RIGHT (the second stack word becomes the
+head of the stack top, which is popped).  At every step an MLP scores the
+three transitions from the BiLSTM vectors of the three top stack words and
+the first buffer word, each with the vectors of its leftmost and rightmost
+dependent so far (BIST's ``--userlmost --userl``).  Training is BIST's
+(Goldberg & Nivre's dynamic oracle): the arc-hybrid oracle costs of the
+valid transitions are computed from the gold heads and the current stack
+and buffer, the loss is the hinge ``max(0, 1 + best wrong - best correct)``
+(correct: the cheapest valid transitions), and the parser then follows its
+OWN best valid transition (exploration), so which vectors meet the MLP, the
+costs and the loss at each step depend on the earlier predictions.  BIST
+explores at random; here it always follows the model, so that every variant
+takes the same path and can be checked.  A sentence stops after its own
+``2n`` transitions (stack empty, only ROOT left in the buffer).
+Unlabeled: BIST also scores a label per arc (one more small linear layer).
+
+The stack is a tensor of word positions with a per-example pointer, and the
+"in the stack" / "in the buffer" sets are bool tensors over the sentence:
+per-example Python lists used as stacks (SPEC section 4) do not run under
+``@matchbox.batch`` yet, so this is the tensor form of the obvious code.
+ROOT's position is ``words.size_as_tensor(1) - 1``: ``words.size(1)``, a
+per-example int under ``@batch`` in SPEC section 2, raises there today.
+
+Variants:
+
+- ``per_example``: ``Parser.forward`` on each sentence alone;
+- ``matchbox``: the same ``@matchbox.batch`` forward on MaskedBatches;
+- ``hand``: what an expert writes for the same module: the BiLSTM on padded
+  sentences (``bench/tasks/bilstm.py``), then all B parsers advanced in
+  lock-step on padded ``(B, T)`` state with gathers, ``torch.where`` for
+  the transition each sentence takes, and an ``active`` mask for sentences
+  that have finished.
+
+Data: sentence lengths as in ``bilstm`` (gamma, mean 24, 2..80 words),
+random words and POS tags, and a random projective gold tree per sentence
+(the arc-hybrid oracle's setting).  Sizes: ``paper`` is Appendix C's BIST
+defaults: 100-dim word, 25-dim POS embeddings, 200-dim LSTMs (each way, two
+BiLSTM layers), a 100-unit MLP; ``small`` fits a laptop CPU.
+"""
+import random
+
+import torch
+import torch.nn as nn
+
+import matchbox
+from bench.data import lengths
+from bench.harness import Variant, fresh
+from bench.tasks.bilstm import _direction
+from examples.bilstm_tagger import BiLSTM
+from matchbox import MaskedBatch, example_sum
+
+NAME = "parser"
+TRAINS = True
+SHIFT, LEFT, RIGHT = 0, 1, 2
+VOCAB, TAGS = 1000, 17           # ids VOCAB and TAGS are ROOT's word and tag
+SIZES = {"small": dict(wdim=32, pdim=8, hidden=32, mlp=32),
+         "paper": dict(wdim=100, pdim=25, hidden=200, mlp=100)}
+NEG = float("-inf")
+
+
+def at(x, i):
+    """``x[:, i]`` for one position per sentence, i (1,): (1, ...)."""
+    return x[:, i].squeeze(1)
+
+
+def oracle(heads, in_stack, in_buf, sp, bp, n, s0, s1):
+    """The arc-hybrid dynamic oracle (Goldberg & Nivre 2013) for one
+    sentence: the cost (1, 3) of SHIFT, LEFT and RIGHT (the gold arcs each
+    makes unreachable) and which of them are valid (1, 3).  ``heads``,
+    ``in_stack``, ``in_buf`` (1, n + 1); the stack size ``sp``, the first
+    buffer word ``bp``, ROOT's position ``n``, the top stack words ``s0``,
+    ``s1`` (1,) (meaningless where the stack is too short)."""
+    h_s0, h_b0 = at(heads, s0), at(heads, bp)
+    s0_deps = ((heads == s0[:, None]) & in_buf).sum(1)        # s0's dependents in the buffer
+    left = (at(in_buf, h_s0) & (h_s0 != bp)).long() + ((sp > 1) & (h_s0 == s1)).long() + s0_deps
+    right = at(in_buf, h_s0).long() + s0_deps
+    shift = (at(in_stack, h_b0) & (h_b0 != s0)).long() + ((heads == bp[:, None]) & in_stack).sum(1)
+    valid = torch.stack([bp < n, (sp > 0) & ((bp < n) | (sp == 1)), sp > 1], 1)
+    return torch.stack([shift, left, right], 1), valid
+
+
+def hinge(scores, cost, valid):
+    """BIST's loss (1,): max(0, 1 + best wrong - best correct), correct
+    meaning the cheapest valid transitions (0 when every valid one is)."""
+    cheapest = cost.masked_fill(~valid, 10**6).min(1, keepdim=True).values
+    correct = valid & (cost == cheapest)
+    best_correct = scores.masked_fill(~correct, NEG).max(1).values
+    best_wrong = scores.masked_fill(~(valid & ~correct), NEG).max(1).values
+    return torch.relu(1 + best_wrong - best_correct)
+
+
+class Parser(nn.Module):
+    """Arc-hybrid BiLSTM parser for ONE sentence: word ids, tags and gold
+    heads (1, n + 1), ROOT last (its own head)."""
+
+    def __init__(self, wdim=100, pdim=25, hidden=200, mlp=100, k=3):
+        super().__init__()
+        self.k = k
+        self.wembed = nn.Embedding(VOCAB + 1, wdim)
+        self.pembed = nn.Embedding(TAGS + 1, pdim)
+        self.bilstm = BiLSTM(wdim + pdim, hidden, layers=2)
+        self.empty = nn.Parameter(0.1 * torch.randn(1, 3 * 2 * hidden))  # a missing stack word
+        self.hidden = nn.Linear((k + 1) * 3 * 2 * hidden, mlp)
+        self.out = nn.Linear(mlp, 3)
+
+    def encode(self, words, tags):
+        return self.bilstm(torch.cat([self.wembed(words), self.pembed(tags)], 2))
+
+    @staticmethod
+    def item(vecs, lmost, rmost, i):
+        """Features of the word at position i (1,): its vector and those of
+        its leftmost and rightmost dependents so far (1, 3 * d)."""
+        return torch.cat([at(vecs, i), at(vecs, at(lmost, i)), at(vecs, at(rmost, i))], 1)
+
+    @matchbox.batch
+    def forward(self, words, tags, heads):
+        """The summed hinge loss (1,) of parsing one sentence."""
+        vecs = self.encode(words, tags)                   # (1, n + 1, d)
+        n = words.size_as_tensor(1) - 1                   # ROOT's position
+        position = torch.ones_like(words).cumsum(1) - 1
+        lmost, rmost = position.clone(), position.clone()  # a word's outermost dependents (itself: none)
+        stack = torch.zeros_like(words)                   # word positions, sp of them
+        in_stack = torch.zeros_like(words, dtype=torch.bool)
+        in_buf = torch.ones_like(words, dtype=torch.bool)
+        sp = words.batch_zeros()                          # (1,)
+        bp = words.batch_zeros()                          # the buffer is bp..n
+        loss = vecs.new_zeros(1)
+        while sp > 0 or bp < n:
+            s0, s1 = at(stack, sp - 1), at(stack, sp - 2)
+            feats = []
+            for j in range(self.k):
+                if sp > j:
+                    f = self.item(vecs, lmost, rmost, at(stack, sp - 1 - j))
+                else:
+                    f = self.empty
+                feats.append(f)
+            feats.append(self.item(vecs, lmost, rmost, bp))
+            scores = self.out(torch.tanh(self.hidden(torch.cat(feats, 1))))   # (1, 3)
+            cost, valid = oracle(heads, in_stack, in_buf, sp, bp, n, s0, s1)
+            loss = loss + hinge(scores, cost, valid)
+
+            t = scores.masked_fill(~valid, NEG).argmax(1)   # follow the model
+            if t == SHIFT:
+                stack[:, sp] = bp
+                in_stack[:, bp] = True
+                in_buf[:, bp] = False
+                sp = sp + 1
+                bp = bp + 1
+            elif t == LEFT:
+                lmost[:, bp] = s0
+                in_stack[:, s0] = False
+                sp = sp - 1
+            else:
+                rmost[:, s1] = s0
+                in_stack[:, s0] = False
+                sp = sp - 1
+        return loss
+
+
+# ------------------------------------------------------------------ hand-written
+class Padded:
+    """The batch as an expert pads it: words / tags / heads (B, T) with each
+    sentence's ROOT at its own position n (B,), real (B, T)."""
+
+    def __init__(self, sentences, device):
+        B, T = len(sentences), max(w.size(1) for w, _, _ in sentences)
+        self.words = torch.zeros(B, T, dtype=torch.long)
+        self.tags = torch.zeros(B, T, dtype=torch.long)
+        self.heads = torch.zeros(B, T, dtype=torch.long)
+        self.n = torch.tensor([w.size(1) - 1 for w, _, _ in sentences])
+        for b, (w, t, h) in enumerate(sentences):
+            self.words[b, :w.size(1)], self.tags[b, :w.size(1)], self.heads[b, :w.size(1)] = w[0], t[0], h[0]
+        self.real = torch.arange(T) <= self.n[:, None]
+        for name in ("words", "tags", "heads", "n", "real"):
+            setattr(self, name, getattr(self, name).to(device))
+
+
+def hand_loss(model, p):
+    """The summed hinge loss of the batch ``p`` (a :class:`Padded`): the
+    B parsers in lock-step for the longest one's 2n steps."""
+    B, T = p.words.shape
+    dev = p.words.device
+    rows = torch.arange(B, device=dev)
+    xs = torch.cat([model.wembed(p.words), model.pembed(p.tags)], 2)
+    for fwd, bwd in zip(model.bilstm.fwd, model.bilstm.bwd):
+        xs = torch.cat([_direction(fwd, xs, p.real, False), _direction(bwd, xs, p.real, True)], 2)
+    vecs = xs                                                           # (B, T, d)
+    n, heads = p.n, p.heads
+    lmost = torch.arange(T, device=dev).repeat(B, 1)                    # positions (B, T)
+    rmost = lmost.clone()
+    stack = torch.zeros(B, T, dtype=torch.long, device=dev)
+    in_stack = torch.zeros(B, T, dtype=torch.bool, device=dev)
+    in_buf = p.real.clone()
+    sp = torch.zeros(B, dtype=torch.long, device=dev)
+    bp = torch.zeros(B, dtype=torch.long, device=dev)
+    total = vecs.new_zeros(())
+
+    def item(i):                                                        # (B, 3d)
+        return torch.cat([vecs[rows, i], vecs[rows, lmost[rows, i]], vecs[rows, rmost[rows, i]]], 1)
+
+    for _ in range(int(2 * n.max())):
+        active = (sp > 0) | (bp < n)
+        s0 = stack[rows, (sp - 1).clamp(min=0)]
+        s1 = stack[rows, (sp - 2).clamp(min=0)]
+        feats = [torch.where((sp > j)[:, None], item(stack[rows, (sp - 1 - j).clamp(min=0)]),
+                             model.empty) for j in range(model.k)]
+        feats.append(item(bp))
+        scores = model.out(torch.tanh(model.hidden(torch.cat(feats, 1))))    # (B, 3)
+
+        h_s0, h_b0 = heads[rows, s0], heads[rows, bp]
+        s0_deps = ((heads == s0[:, None]) & in_buf).sum(1)
+        left = (in_buf[rows, h_s0] & (h_s0 != bp)).long() + ((sp > 1) & (h_s0 == s1)).long() + s0_deps
+        right = in_buf[rows, h_s0].long() + s0_deps
+        shift = (in_stack[rows, h_b0] & (h_b0 != s0)).long() + ((heads == bp[:, None]) & in_stack).sum(1)
+        cost = torch.stack([shift, left, right], 1)
+        valid = torch.stack([bp < n, (sp > 0) & ((bp < n) | (sp == 1)), sp > 1], 1)
+        total = total + torch.where(active, hinge(scores, cost, valid), 0).sum()
+
+        t = scores.masked_fill(~valid, NEG).argmax(1)
+        shifts, lefts, rights = (rows[active & (t == c)] for c in (SHIFT, LEFT, RIGHT))
+        pops = rows[active & (t != SHIFT)]
+        stack[shifts, sp[shifts]] = bp[shifts]
+        in_stack[shifts, bp[shifts]] = True
+        in_buf[shifts, bp[shifts]] = False
+        lmost[lefts, bp[lefts]] = s0[lefts]
+        rmost[rights, s1[rights]] = s0[rights]
+        in_stack[pops, s0[pops]] = False
+        sp = sp + active.long() * torch.where(t == SHIFT, 1, -1)
+        bp = bp + (active & (t == SHIFT)).long()
+    return total
+
+
+# ------------------------------------------------------------------ data
+def random_heads(rng, n):
+    """Gold heads (positions; ROOT is n) of a random projective tree over n
+    words with one word attached to ROOT and any number of dependents per side."""
+    heads = [0] * n
+
+    def subtree(lo, hi, head):          # the words lo..hi-1 form one subtree under head
+        h = rng.randrange(lo, hi)
+        heads[h] = head
+        for a, b in ((lo, h), (h + 1, hi)):
+            while a < b:               # split a side into consecutive dependent subtrees
+                m = rng.randint(a + 1, b)
+                subtree(a, m, h)
+                a = m
+
+    subtree(0, n, n)
+    return heads
+
+
+def make_sentences(batch_size, seed=0):
+    """``batch_size`` sentences: word ids, tags, heads (1, n + 1), ROOT last."""
+    rng = random.Random(seed)
+    out = []
+    for n in lengths(batch_size, mean=24, spread=11, low=2, high=80, seed=seed):
+        words = [rng.randrange(VOCAB) for _ in range(n)] + [VOCAB]
+        tags = [rng.randrange(TAGS) for _ in range(n)] + [TAGS]
+        heads = random_heads(rng, n) + [n]
+        out.append(tuple(torch.tensor([x]) for x in (words, tags, heads)))
+    return out
+
+
+def build(batch_size=64, device="cpu", size="small", seed=0):
+    torch.manual_seed(seed)
+    model = Parser(**SIZES[size]).to(device)
+    sentences = [tuple(x.to(device) for x in s) for s in make_sentences(batch_size, seed)]
+
+    per = fresh(model)
+    def per_example():
+        return sum(per(*s).sum() for s in sentences)
+
+    mb = fresh(model)
+    words, tags, heads = (MaskedBatch.fromlist([s[i] for s in sentences], dims=(True,))
+                          for i in range(3))
+    def matchbox_():
+        return example_sum(mb(words, tags, heads))
+
+    hand = fresh(model)
+    padded = Padded(sentences, device)
+    def hand_written():
+        return hand_loss(hand, padded)
+
+    return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
+            "matchbox": Variant(matchbox_, mb)}
