@@ -17,10 +17,11 @@ Ops reach MaskedBatch through ``__torch_function__`` and the rule table in
 its validation, conversions and sizes.
 """
 import dataclasses
+import dis
 import sys
 
 import torch
-import torch.nn.modules.rnn
+import torch.nn.modules.transformer
 import torch.utils._pytree
 
 from . import _lanes
@@ -29,12 +30,6 @@ __all__ = ["MaskedBatch", "mask_from_lengths"]
 
 # torch callable -> rule; filled by matchbox.ops (see ops/_registry.py)
 RULES = {}
-
-# nn.LSTM / nn.GRU / nn.RNN keep their states in torch's layout (L * D, B,
-# hidden), the batch at dim 1 (per example 1), as a padded model has them
-# (see ops/rnn.py); their forward reads input.size(0) to build and check
-# states in that layout, so there, and only there, size(0) is B.
-_TORCH_RNN_FILE = torch.nn.modules.rnn.__file__
 
 _NO_HOST_VALUE = (
     "cannot turn a MaskedBatch into a single Python value: each example has "
@@ -92,6 +87,15 @@ def mark_sizes(mask, lengths):
     present = torch.ones(mask.size(0), dtype=torch.bool, device=mask.device)
     mask._mb_sizes = (dict(lengths), present)
     return mask
+
+
+_TRANSFORMER_FILE = torch.nn.modules.transformer.__file__
+_SUBSCR = {dis.opmap[n] for n in ("BINARY_SUBSCR", "STORE_SUBSCR") if n in dis.opmap}
+
+
+def _subscripting(frame):
+    """Whether ``frame`` is executing ``a[b]`` (or ``a[b] = c``) now."""
+    return frame.f_code.co_code[frame.f_lasti] in _SUBSCR
 
 
 def _check_mask_examples(mask, dims):
@@ -177,10 +181,13 @@ class MaskedBatch:
     # equals ``base`` outside the active ``lanes`` (an RNN cell writes its
     # new state rows into the old state), so @batch's masked update of that
     # state by this result is the result itself (runtime.select)
-    __slots__ = ("_data", "_cut", "_mask", "dims", "_zero_at", "_rows", "_listed", "_kept",
-                 "_update_of", "__weakref__")
+    # _bdim: where each example's batch-of-one dimension sits in the shape
+    # the per-example code sees (0, another position, or None: it has none);
+    # the storage is batch-first whatever it is (see ``storage_dim``)
+    __slots__ = ("_data", "_cut", "_mask", "dims", "_bdim", "_zero_at", "_rows", "_listed",
+                 "_kept", "_update_of", "__weakref__")
 
-    def __init__(self, data, mask=None, dims=None):
+    def __init__(self, data, mask=None, dims=None, batch_dim=0):
         if not isinstance(data, torch.Tensor):
             raise ValueError(f"MaskedBatch data must be a Tensor, got {type(data).__name__}")
         if data.dim() < 1:
@@ -220,17 +227,33 @@ class MaskedBatch:
                             f"mask along dynamic dimension {i + 1} is not a prefix: each "
                             f"example's real data must start at index 0 with no gaps")
             _check_mask_examples(mask, dims)
+        if batch_dim is not None and not (isinstance(batch_dim, int) and 0 <= batch_dim <= n):
+            raise ValueError(
+                f"batch_dim must be None (the examples have no batch-of-one dimension) or a "
+                f"position 0..{n} in each example's shape, got {batch_dim!r}")
         self._data, self._cut, self._mask, self.dims = data, None, mask, dims
         self._zero_at = self._rows = None
+        self._bdim = batch_dim
 
     @classmethod
-    def _new(cls, data, mask, dims, zero=False):
+    def _new(cls, data, mask, dims, zero=False, bdim=0):
         """Unchecked constructor used by op rules on their hot paths; ``zero``
-        promises that ``data`` is 0 wherever ``mask`` is False."""
+        promises that ``data`` is 0 wherever ``mask`` is False; ``bdim`` is
+        the place of the batch-of-one dimension (see ``batch_dim``)."""
         self = object.__new__(cls)
         self._data, self._cut, self._mask, self.dims, self._rows = data, None, mask, dims, None
         self._zero_at = (data, data._version) if zero else None
+        self._bdim = bdim
         return self
+
+    @property
+    def batch_dim(self):
+        """Where each example's batch-of-one dimension sits in the shape the
+        per-example code sees: 0 (``(1, n, d)``, the default), another
+        position (``(n, 1, d)``, sequence-first), or None (``(n, d)``: no
+        batch dimension, the ``torch.func.vmap`` convention).  The padded
+        data is batch-first whatever it is."""
+        return self._bdim
 
     @classmethod
     def _read(cls, x, lanes):
@@ -239,7 +262,7 @@ class MaskedBatch:
         they compute there adds none.  The cut (a ``where`` against a
         detached copy) is made when the data is first used; rules that
         never read dormant lanes take ``uncut(x)`` and skip it."""
-        self = cls._new(x.padded_data, x._mask, x.dims)
+        self = cls._new(x.padded_data, x._mask, x.dims, bdim=x._bdim)
         self._cut = lanes
         return self
 
@@ -271,8 +294,8 @@ class MaskedBatch:
         """``x.data = y.data`` as in PyTorch: ``x`` takes ``y``'s values (and
         its per-example sizes) in place, outside autograd; ``x`` stays the
         same batch and keeps ``requires_grad``.  ``value`` is a MaskedBatch
-        of the same batch size, or a Tensor holding one example (leading 1)
-        that every example takes."""
+        of the same batch size, or a Tensor holding one example (in this
+        batch's layout) that every example takes."""
         if _lanes.active_lanes() is not None:
             raise NotImplementedError(
                 "x.data = ... inside per-example control flow under @matchbox.batch would "
@@ -283,13 +306,11 @@ class MaskedBatch:
                 raise ValueError(
                     f"x.data = y: y holds {value.batch_size} examples, x holds {self.batch_size}")
             data, mask, dims = value.padded_data.detach(), value._mask, value.dims
+            bdim = value._bdim
         elif isinstance(value, torch.Tensor):
-            if value.dim() < 1 or value.size(0) != 1:
-                raise ValueError(
-                    f"x.data = t: a plain Tensor of shape {tuple(value.shape)} is one example "
-                    f"shared by every example of x and needs a leading 1")
-            data = value.detach().expand((self.batch_size,) + tuple(value.shape[1:]))
-            mask, dims = None, (False,) * (value.dim() - 1)
+            one = example_to_storage(value, self._bdim, "x.data = t: the plain Tensor")
+            data = one.detach().expand((self.batch_size,) + tuple(one.shape[1:]))
+            mask, dims, bdim = None, (False,) * (one.dim() - 1), self._bdim
         else:
             raise TypeError(f"x.data = value needs a MaskedBatch or a Tensor, got {type(value).__name__}")
         if mask is not None and mask.device != data.device:
@@ -297,6 +318,7 @@ class MaskedBatch:
         old = self._data
         old.data = data.to(old.device) if data.device != old.device else data
         self._mask, self.dims, self._zero_at, self._rows = mask, dims, None, None
+        self._bdim = bdim
 
     @property
     def _zero(self):
@@ -319,7 +341,7 @@ class MaskedBatch:
         if rule is None:
             from .ops._registry import lookup
             rule = lookup(func)  # raises, naming the op
-        return rule(*args, **(kwargs or {}))
+        return dispatch(func, rule, args, kwargs or {})
 
     def __getattr__(self, name):
         # Only reached for names the class does not define: Tensor methods
@@ -441,10 +463,12 @@ class MaskedBatch:
     @property
     def grad(self):
         g = self.padded_data.grad
-        return None if g is None else MaskedBatch._new(g, self._mask, self.dims)
+        return None if g is None else MaskedBatch._new(g, self._mask, self.dims, bdim=self._bdim)
 
     def dim(self):
-        return self._data.dim()
+        """The number of dimensions of one example (its batch-of-one
+        dimension included, if it has one)."""
+        return self._data.dim() - (self._bdim is None)
 
     def is_floating_point(self):
         return self._data.is_floating_point()
@@ -460,13 +484,10 @@ class MaskedBatch:
 
     @property
     def ndim(self):
-        return self._data.dim()
+        return self.dim()
 
     def _norm_dim(self, d):
-        n = self._data.dim()
-        if not -n <= d < n:
-            raise IndexError(f"dimension {d} out of range for a MaskedBatch with {n} dims")
-        return d + n if d < 0 else d
+        return storage_dim(self, d)
 
     def size(self, dim=None):
         """The per-example size (SPEC section 2): the leading dimension, each
@@ -475,31 +496,26 @@ class MaskedBatch:
         single int (``size()`` raises, naming ``size_as_tensor``; under
         @batch, ``size(d)`` is a per-example value)."""
         if dim is None:
-            dyn = [i + 1 for i, d in enumerate(self.dims) if d]
+            dyn = [user_dim(self, i + 1) for i, d in enumerate(self.dims) if d]
             if dyn:
                 raise ValueError(
                     f"dimensions {dyn} are dynamic (their size differs between examples), "
                     f"so size() has no single value; use size_as_tensor(d) for per-example "
-                    f"sizes or maxsize(d) for the padded size (nn.TransformerEncoder/Decoder "
-                    f"read size() of their input: call their layers in a loop instead, "
-                    f"`for layer in encoder.layers: x = layer(x)`, then encoder.norm if set)")
-            return torch.Size((self._lead(),) + tuple(self._data.shape[1:]))
-        d = self._norm_dim(dim)
+                    f"sizes or maxsize(d) for the padded size"
+                    + (" (nn.TransformerEncoder/Decoder read size() of their input: call their "
+                       "layers in a loop instead, `for layer in encoder.layers: x = layer(x)`, "
+                       "then encoder.norm if set)"
+                       if sys._getframe(1).f_code.co_filename == _TRANSFORMER_FILE else ""))
+            return self.maxsize()
+        d = storage_dim(self, dim)
         if d == 0:
-            return self._lead()
+            return 1
         if self.dims[d - 1]:
             raise ValueError(
                 f"dimension {dim} is dynamic (its size differs between examples), so it has "
                 f"no single int size; use size_as_tensor({dim}) for per-example sizes or "
-                f"maxsize({dim}) for the padded size"
-                + (" (nn.LSTM / nn.GRU / nn.RNN read size(1) when batch_first=False: build "
-                   "them with batch_first=True)" if d == 1 else ""))
+                f"maxsize({dim}) for the padded size")
         return self._data.size(d)
-
-    def _lead(self):
-        """The size of dimension 0 that ``size`` gives its caller: 1, each
-        example's own, except to torch's RNN modules (see _TORCH_RNN_FILE)."""
-        return self._data.size(0) if sys._getframe(2).f_code.co_filename == _TORCH_RNN_FILE else 1
 
     @property
     def shape(self):
@@ -523,13 +539,17 @@ class MaskedBatch:
         """The padded size: of a dynamic dimension, the largest example's
         (at least); otherwise as ``size``, leading with each example's 1."""
         if dim is None:
-            return torch.Size((1,) + tuple(self._data.shape[1:]))
-        return 1 if self._norm_dim(dim) == 0 else self._data.size(dim)
+            shape = list(self._data.shape[1:])
+            if self._bdim is not None:
+                shape.insert(self._bdim, 1)
+            return torch.Size(shape)
+        d = storage_dim(self, dim)
+        return 1 if d == 0 else self._data.size(d)
 
     def size_as_tensor(self, dim):
         """Per-example sizes along ``dim`` as a MaskedBatch of longs (one
         scalar per example, batch shape ``(B,)``)."""
-        d = self._norm_dim(dim)
+        d = storage_dim(self, dim)
         if d == 0:
             sizes = torch.ones(self._data.size(0), dtype=torch.long, device=self._data.device)
         else:
@@ -537,9 +557,14 @@ class MaskedBatch:
         return MaskedBatch._new(sizes, None, ())
 
     def __len__(self):
-        """1: each example's leading dimension (``batch_size`` counts the
-        examples)."""
-        return 1
+        """The size of each example's dimension 0: 1 where that is its
+        batch-of-one dimension (``batch_size`` counts the examples)."""
+        if self.dim() == 0 or _subscripting(sys._getframe(1)):
+            # torch's indexing asks whether an index is a sequence of indices
+            # (table[idx] with a per-example idx); it is one index
+            raise TypeError("len() of a 0-d tensor" if self.dim() == 0 else
+                            "a MaskedBatch index is one index, not a sequence of them")
+        return self.size(0)
 
     # ------------------------------------------------------------ no host values
     def __bool__(self):
@@ -560,7 +585,7 @@ class MaskedBatch:
         mask = self._mask
         if mask is not None and mask.device != data.device:
             mask = mask.to(data.device)
-        return MaskedBatch._new(data, mask, self.dims, self._zero)
+        return MaskedBatch._new(data, mask, self.dims, self._zero, self._bdim)
 
     def to(self, *args, **kwargs):
         return self._with_data(self.padded_data.to(*args, **kwargs))
@@ -572,7 +597,7 @@ class MaskedBatch:
         return self._with_data(self.padded_data.cpu())
 
     def detach(self):
-        return MaskedBatch._new(self.padded_data.detach(), self._mask, self.dims, self._zero)
+        return self._with_data(self.padded_data.detach())
 
     def type_as(self, other):
         other = other.padded_data if isinstance(other, MaskedBatch) else other
@@ -600,17 +625,21 @@ class MaskedBatch:
         return self._with_data(self.padded_data.bool())
 
     def contiguous(self, *args, **kwargs):
-        return MaskedBatch._new(self.padded_data.contiguous(*args, **kwargs), self._mask, self.dims, self._zero)
+        return self._with_data(self.padded_data.contiguous(*args, **kwargs))
 
     def pin_memory(self):
         return self._with_data(self.padded_data.pin_memory())
 
     # ------------------------------------------------------------ making and unmaking
     @classmethod
-    def fromlist(cls, examples, dims=None):
-        """Batch a list of Tensors, each with a leading dimension of size 1.
-        ``dims`` gives one bool per later dimension (dynamic or static); when
-        omitted, a dimension is dynamic where the examples' sizes differ."""
+    def fromlist(cls, examples, dims=None, batch_dim=0):
+        """Batch a list of Tensors.  By default each has a leading dimension
+        of size 1, its batch of one; ``batch_dim`` says where that dimension
+        sits instead (``1`` for sequence-first ``(n, 1, d)`` examples), or
+        ``None`` for examples that have none (``(n, d)``, as for
+        ``torch.func.vmap``).  ``dims`` gives one bool per other dimension
+        (dynamic or static); when omitted, a dimension is dynamic where the
+        examples' sizes differ."""
         examples = list(examples)
         if not examples:
             raise ValueError("fromlist needs at least one example")
@@ -622,10 +651,10 @@ class MaskedBatch:
                 raise ValueError(
                     f"example {i} has {e.dim()} dims but example 0 has {first.dim()}; "
                     f"all examples need the same number of dimensions")
-            if e.dim() == 0 or e.size(0) != 1:
-                raise ValueError(
-                    f"example {i} has shape {tuple(e.shape)}; each example needs a leading "
-                    f"dimension of size 1 (use x.unsqueeze(0))")
+        examples = [example_to_storage(e, batch_dim, f"fromlist: example {i}")
+                    for i, e in enumerate(examples)]
+        first = examples[0]
+        for i, e in enumerate(examples):
             if e.device != first.device:
                 raise ValueError(f"example {i} is on {e.device} but example 0 is on {first.device}")
             if e.dtype != first.dtype:
@@ -639,7 +668,8 @@ class MaskedBatch:
             dims = tuple(bool((sizes[:, i] != sizes[0, i]).any()) for i in range(n))
         dims = _as_dims(dims, n)
         if len(dims) != n:
-            raise ValueError(f"dims has {len(dims)} entries but the examples have {n} dims after the leading 1")
+            raise ValueError(f"dims has {len(dims)} entries but the examples have {n} dims besides "
+                             f"their batch-of-one dimension")
         maxes = sizes.max(0).values.tolist() if len(examples) else []
         for i, dyn in enumerate(dims):
             if not dyn and bool((sizes[:, i] != maxes[i]).any()):
@@ -656,10 +686,12 @@ class MaskedBatch:
         shape = data.shape
         lengths = {i + 1: sizes[:, i].to(data.device) for i, dyn in enumerate(dims)
                    if dyn and bool((sizes[:, i] != maxes[i]).any())}
-        return cls._new(data, mask_from_lengths(lengths, shape, dims), dims, zero=True)
+        return cls._new(data, mask_from_lengths(lengths, shape, dims), dims, zero=True,
+                        bdim=batch_dim)
 
     def examples(self):
-        """The per-example Tensors, each with its leading 1, cut to size."""
+        """The per-example Tensors, cut to size, in the shape the per-example
+        code sees (the batch-of-one dimension where ``batch_dim`` says)."""
         dyn = [i + 1 for i, d in enumerate(self.dims) if d]
         if self._mask is not None and not dyn:
             missing = absent_examples(self._mask)
@@ -672,14 +704,14 @@ class MaskedBatch:
                     f"Put the per-example loop under @matchbox.batch, or index per example: "
                     f"x[:, i] (negative i counts from each example's own end)")
         if self._mask is None or not dyn:
-            return list(self.padded_data.split(1, 0))
+            return [storage_to_example(e, self._bdim) for e in self.padded_data.split(1, 0)]
         lengths = torch.stack([self._lengths(d) for d in dyn], 1).tolist()
         out = []
         for b, ls in enumerate(lengths):
             x = self.padded_data[b:b + 1]
             for d, n in zip(dyn, ls):
                 x = x.narrow(d, 0, n)
-            out.append(x)
+            out.append(storage_to_example(x, self._bdim))
         return out
 
     @classmethod
@@ -687,11 +719,14 @@ class MaskedBatch:
         """Wrap a padded Tensor.  ``lengths`` gives the per-example sizes along
         ``dim`` (an int dimension of the batch-first layout); pass a tuple of
         dims and a matching tuple of lengths for several dynamic dims.  With
-        ``batch_first=False`` the input is ``(T, B, ...)`` as in ``nn.LSTM``.
+        ``batch_first=False`` the input is ``(T, B, ...)`` as in ``nn.LSTM``
+        and each example is sequence-first, ``(T_i, 1, ...)`` (``batch_dim``
+        1).
         Instead of ``lengths``, ``key_padding_mask`` may give a bool ``(B, T)``
         in nn.MultiheadAttention's convention (True = padding, at the end).
         The batch holds a copy whose padding is 0, whatever the Tensor held
         there (NaN, inf): garbage padding can reach no value or gradient."""
+        bdim = 0 if batch_first else 1
         if not batch_first:
             data = data.transpose(0, 1)
         if key_padding_mask is not None:
@@ -701,7 +736,7 @@ class MaskedBatch:
         n = data.dim() - 1
         dlist = (dim,) if isinstance(dim, int) else tuple(dim)
         if lengths is None:
-            return cls._new(data, None, (False,) * n)
+            return cls._new(data, None, (False,) * n, bdim=bdim)
         llist = (lengths,) if isinstance(dim, int) else tuple(lengths)
         if len(llist) != len(dlist):
             raise ValueError(f"from_padded got {len(dlist)} dims but {len(llist)} length vectors")
@@ -722,20 +757,21 @@ class MaskedBatch:
         dims = tuple(i + 1 in lens for i in range(n))
         mask = mask_from_lengths(lens, data.shape, dims)
         if mask is None:
-            return cls._new(data, None, dims)
+            return cls._new(data, None, dims, bdim=bdim)
         # padding enters clean: whatever the padded Tensor held there (NaN,
         # inf) can never reach a value or a gradient, and rules that know the
         # padding is 0 skip their masking
-        return cls._new(data.masked_fill(~mask, 0), mask, dims, zero=True)
+        return cls._new(data.masked_fill(~mask, 0), mask, dims, zero=True, bdim=bdim)
 
     def key_padding_mask(self, dim=1):
         """The bool ``(B, n)`` mask of dimension ``dim`` in the convention of
         nn.MultiheadAttention's ``key_padding_mask`` (True = padding), for
         handing this batch to padded PyTorch code; all False if ``dim`` is
         static.  ``from_padded(data, key_padding_mask=kpm)`` goes back."""
-        d = self._norm_dim(dim)
+        d = storage_dim(self, dim)
         if d == 0:
-            raise ValueError("key_padding_mask: dimension 0 is the batch; give a per-example dim >= 1")
+            raise ValueError(f"key_padding_mask: dimension {dim} is each example's batch of one; "
+                             f"give another dimension")
         positions = torch.arange(self._data.size(d), device=self._data.device)
         return positions >= self._lengths(d)[:, None]
 
@@ -776,23 +812,25 @@ class MaskedBatch:
 
     # ------------------------------------------------------------ display
     def __repr__(self):
-        sizes = ", ".join(
-            (f"≤{s}" if d else str(s)) for s, d in zip(self._data.shape[1:], self.dims))
-        return (f"MaskedBatch(batch_size={self._data.size(0)}, sizes=({sizes}), "
+        sizes = [(f"≤{s}" if d else str(s)) for s, d in zip(self._data.shape[1:], self.dims)]
+        if self._bdim is not None:
+            sizes.insert(self._bdim, "1")
+        return (f"MaskedBatch(batch_size={self._data.size(0)}, sizes=({', '.join(sizes)}), "
                 f"dtype={self._data.dtype}, device={self._data.device})")
 
     def __reduce__(self):
         # the mask and dims go in as state, unchecked: any batch an op made
         # (a step some examples lack, examples of length 0) loads back as it was
-        return (MaskedBatch, (self.padded_data,), (self._mask, self.dims))
+        return (MaskedBatch, (self.padded_data,), (self._mask, self.dims, self._bdim))
 
     def __setstate__(self, state):
-        self._mask, self.dims = state
+        self._mask, self.dims = state[:2]
+        self._bdim = state[2] if len(state) > 2 else 0
 
     def __deepcopy__(self, memo):
         import copy
         return MaskedBatch._new(copy.deepcopy(self.padded_data, memo),
-                                copy.deepcopy(self._mask, memo), self.dims)
+                                copy.deepcopy(self._mask, memo), self.dims, bdim=self._bdim)
 
 
 def _lengths_from_kpm(kpm, data, dim):
@@ -810,6 +848,123 @@ def _lengths_from_kpm(kpm, data, dim):
             "from_padded: key_padding_mask must mark padding at the end of each row (real "
             "entries first, then True for padding); matchbox keeps each example as a prefix")
     return lengths
+
+
+# ------------------------------------------------------------ the batch-of-one dimension
+def storage_dim(x, d, op=None):
+    """The dimension of ``x.padded_data`` (batch-first) that dimension ``d``
+    of each example (negative counts from the end) is: 0 for the
+    batch-of-one dimension.  The one place that maps the shape per-example
+    code sees to the storage (see ``MaskedBatch.batch_dim``)."""
+    n, p = x.dim(), x._bdim
+    if not -n <= d < n:
+        if op is not None and not isinstance(op, str):
+            from .ops._registry import func_name
+            op = func_name(op)
+        raise IndexError(f"{op + ': ' if op else ''}dimension {d} out of range for examples "
+                         f"with {n} dimensions (shape {tuple(x.maxsize())})")
+    d = d + n if d < 0 else d
+    if p is None:
+        return d + 1
+    return 0 if d == p else d + (d < p)
+
+
+def user_dim(x, s):
+    """The per-example dimension that storage dimension ``s`` >= 1 is."""
+    p = x._bdim
+    return s - 1 if p is None or s - 1 < p else s
+
+
+def example_to_storage(t, bdim, what="the example"):
+    """One example ``t`` (its batch-of-one dimension at ``bdim``, or none)
+    as a ``(1, ...)`` slice of batch-first storage."""
+    if bdim is None:
+        return t.unsqueeze(0)
+    if t.dim() <= bdim or t.size(bdim) != 1:
+        raise ValueError(
+            f"{what} has shape {tuple(t.shape)}, with no batch-of-one dimension (size 1) at "
+            f"position {bdim}. Say where it is with batch_dim=k (batch_dim=1 for "
+            f"sequence-first (n, 1, d) examples), or batch_dim=None for examples that have "
+            f"none (e.g. (n, d), as for torch.func.vmap)")
+    return t if bdim == 0 else t.movedim(bdim, 0)
+
+
+def storage_to_example(t, bdim):
+    """The inverse of ``example_to_storage``."""
+    if bdim is None:
+        return t.squeeze(0)
+    return t if bdim == 0 else t.movedim(0, bdim)
+
+
+def relabel(x, bdim):
+    """``x`` (the same storage, gradient cut and caches) read with its
+    batch-of-one dimension at ``bdim``."""
+    y = object.__new__(MaskedBatch)
+    y._data, y._cut, y._mask, y.dims = x._data, x._cut, x._mask, x.dims
+    y._zero_at, y._rows, y._bdim = x._zero_at, x._rows, bdim
+    return y
+
+
+def adopt(x, q, what):
+    """MaskedBatch ``x`` read with its batch-of-one dimension at ``q``:
+    where it sits elsewhere (or nowhere) and dimension ``q`` of each example
+    is a static 1, that 1 becomes it (per example nothing changes: a
+    ``(1, 1, d)`` value is both batch-first and sequence-first)."""
+    p = x._bdim
+    if p == q:
+        return x
+    s = storage_dim(x, q) if q < x.dim() else None
+    if s is None or x.dims[s - 1] or x.padded_data.size(s) != 1:
+        raise ValueError(
+            f"{what} needs each example's batch-of-one dimension at {q}; this value has it "
+            f"{'nowhere' if p is None else f'at {p}'} (per-example shape {tuple(x.maxsize())})")
+    y = squeezed(x, s)
+    if p is not None:  # the old batch-of-one dim is now a plain size-1 dim
+        t = p + 1 if p < q else p
+        mask = None if y._mask is None else y._mask.unsqueeze(t)
+        y = MaskedBatch._new(y.padded_data.unsqueeze(t), mask, y.dims[:t - 1] + (False,) + y.dims[t - 1:],
+                             y._zero)
+    return relabel(y, q)
+
+
+def squeezed(x, s):
+    """MaskedBatch ``x`` without its static size-1 storage dim ``s``."""
+    mask = None if x._mask is None else x._mask.squeeze(s)
+    return MaskedBatch._new(x.padded_data.squeeze(s), mask, x.dims[:s - 1] + x.dims[s:],
+                            x._zero, x._bdim)
+
+
+# torch callable -> placement adapter: how the op moves the batch-of-one
+# dimension (filled by matchbox.ops.placement)
+PLACEMENTS = {}
+
+
+def _placed(args):
+    for a in args:
+        t = type(a)
+        if t is MaskedBatch:
+            if a._bdim != 0:
+                return True
+        elif t is list or t is tuple:
+            for b in a:
+                if type(b) is MaskedBatch and b._bdim != 0:
+                    return True
+    return False
+
+
+def dispatch(func, rule, args, kwargs):
+    """Call ``rule``, the rule for torch callable ``func``.  Rules are
+    written for examples whose batch-of-one dimension is at 0; operands
+    whose batch-of-one dimension sits elsewhere (or nowhere), and ops that
+    move it, go through the op's placement adapter (ops/placement.py)."""
+    place = PLACEMENTS.get(func)
+    if place is not None:
+        if place.always or _placed(args) or (kwargs and _placed(kwargs.values())):
+            return place(func, rule, args, kwargs)
+    elif _placed(args) or (kwargs and _placed(kwargs.values())):
+        from .ops.placement import unplaced
+        raise unplaced(func, args)
+    return rule(*args, **kwargs)
 
 
 def real_mask(x):
@@ -852,6 +1007,6 @@ class _TensorFields:
 
 MaskedBatch.__dataclass_fields__ = _TensorFields.__dataclass_fields__
 torch.utils._pytree.register_pytree_node(
-    MaskedBatch, lambda x: ([x.padded_data, x._mask], x.dims),
-    lambda leaves, dims: MaskedBatch._new(leaves[0], leaves[1], dims),
+    MaskedBatch, lambda x: ([x.padded_data, x._mask], (x.dims, x._bdim)),
+    lambda leaves, ctx: MaskedBatch._new(leaves[0], leaves[1], ctx[0], bdim=ctx[1]),
     serialized_type_name="matchbox.MaskedBatch")

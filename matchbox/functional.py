@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as _F
 from torch.nn.functional import *  # noqa: F401,F403
 
+from .core import RULES as _RULES, dispatch as _dispatch
 from .ops.helpers import HELPERS as _HELPERS
-from .ops.shape import stack, cat  # noqa: F401
+from .ops.shape import cat as _cat, stack as _stack
 
 globals().update(_HELPERS)
 unbind = torch.unbind
@@ -19,6 +20,17 @@ chunk = torch.chunk
 where = torch.where
 tanh = torch.tanh
 sigmoid = torch.sigmoid
+
+
+def stack(sequence, dim=0, dynamic=None):
+    return _dispatch(torch.stack, _RULES[torch.stack], (list(sequence), dim), {"dynamic": dynamic})
+
+
+def cat(sequence, dim=0):
+    return _dispatch(torch.cat, _RULES[torch.cat], (list(sequence), dim), {})
+
+
+stack.__doc__, cat.__doc__ = _stack.__doc__, _cat.__doc__
 
 
 def __getattr__(name):

@@ -6,7 +6,9 @@ that gradients of the inputs and of an ``nn.Module``'s parameters agree.
 
 An argument spec is one of:
 
-- ``(B, (dynamic, size), ...)``: B random examples, each ``(1, s_1, ...)``;
+- ``(B, (dynamic, size), ...)``: B random examples, each ``(1, s_1, ...)``
+  (with ``batch_dim=k``, the 1 at position k; with ``batch_dim=None``, no
+  1: ``(s_1, ...)``, as for ``torch.func.vmap``);
   along a dynamic dim ``s_i`` is drawn from ``1..size``.  Within one call,
   dynamic dims with the same ``size`` get the same length in each example,
   so ``(4, (True, 3), (True, 3))`` makes square examples.
@@ -17,7 +19,7 @@ An argument spec is one of:
 """
 import torch
 
-from .core import MaskedBatch
+from .core import MaskedBatch, example_to_storage, storage_to_example
 
 __all__ = ["mb_rand", "mb_test", "mb_assert", "mb_assert_allclose", "LENGTH_MODES",
            "draw_lengths"]
@@ -55,7 +57,8 @@ def _rand(shape, dtype, device, generator=None):
     return torch.randn(shape, dtype=dtype, device=device, generator=generator)
 
 
-def _rand_examples(spec, lengths="random", dtype=None, device=None, table=None, generator=None):
+def _rand_examples(spec, lengths="random", dtype=None, device=None, table=None, generator=None,
+                   batch_dim=0):
     B, dims = spec[0], [d for d in spec[1:] if len(d)]
     table = {} if table is None else table
     sizes = []
@@ -66,18 +69,21 @@ def _rand_examples(spec, lengths="random", dtype=None, device=None, table=None, 
             sizes.append(table[size])
         else:
             sizes.append([size] * B)
-    examples = [_rand((1,) + tuple(s[b] for s in sizes), dtype, device, generator) for b in range(B)]
+    examples = [storage_to_example(_rand((1,) + tuple(s[b] for s in sizes), dtype, device,
+                                         generator), batch_dim) for b in range(B)]
     return examples, tuple(bool(d) for d, _ in dims)
 
 
-def mb_rand(*spec, lengths="random", dtype=None, device=None, generator=None):
+def mb_rand(*spec, lengths="random", dtype=None, device=None, generator=None, batch_dim=0):
     """A random MaskedBatch for ``mb_rand(B, (dynamic, size), ...)`` or a
-    random Tensor for ``mb_rand(*shape)``."""
+    random Tensor for ``mb_rand(*shape)``; ``batch_dim`` places each
+    example's batch-of-one dimension (None: the examples have none)."""
     if len(spec) == 1 and isinstance(spec[0], (tuple, list)):
         spec = tuple(spec[0])
     if _is_batch_spec(spec):
-        examples, dims = _rand_examples(spec, lengths, dtype, device, generator=generator)
-        return MaskedBatch.fromlist(examples, dims)
+        examples, dims = _rand_examples(spec, lengths, dtype, device, generator=generator,
+                                        batch_dim=batch_dim)
+        return MaskedBatch.fromlist(examples, dims, batch_dim)
     return _rand(tuple(spec), dtype, device, generator)
 
 
@@ -222,12 +228,14 @@ def _float_leaves(out):
 
 
 def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
-            rtol=None, atol=None, params=None, seed=None):
+            rtol=None, atol=None, params=None, seed=None, batch_dim=0):
     """Run ``f`` per example and on the batch; assert values (and, unless
     ``grad=False``, gradients of inputs and parameters) agree.
 
     ``lengths`` picks the dynamic sizes: ``"random"``, ``"mixed"`` (first
     example length 1, last the maximum), ``"one"`` or ``"equal"``.
+    ``batch_dim`` places the batch-of-one dimension of the examples that
+    specs make (None: they have none).
     ``dtype`` defaults to the dtype of ``f``'s parameters when ``f`` is an
     ``nn.Module``, else torch's default dtype.  Returns the batched output.
     """
@@ -248,13 +256,14 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
         if isinstance(spec, int) and not isinstance(spec, bool):
             per_ex.append(per_ex[spec]), batched.append(batched[spec]), kinds.append(kinds[spec])
             continue
+        bdim = batch_dim
         if isinstance(spec, MaskedBatch):
-            examples, dims = spec.examples(), spec.dims
+            examples, dims, bdim = spec.examples(), spec.dims, spec.batch_dim
             kind = "batch"
         elif isinstance(spec, torch.Tensor):
             examples, dims, kind = spec, None, "shared"
         elif _is_batch_spec(spec):
-            examples, dims = _rand_examples(spec, lengths, dtype, device, table, gen)
+            examples, dims = _rand_examples(spec, lengths, dtype, device, table, gen, batch_dim)
             kind = "batch"
         elif isinstance(spec, (tuple, list)) and all(isinstance(s, int) for s in spec):
             examples, dims, kind = _rand(tuple(spec), dtype, device, gen), None, "shared"
@@ -267,7 +276,7 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
             ex_leaves = [_leaf(e, grad) for e in examples]
             b_leaves = [_leaf(e, grad) for e in examples]
             per_ex.append(ex_leaves)
-            batched.append((MaskedBatch.fromlist(b_leaves, dims), b_leaves))
+            batched.append((MaskedBatch.fromlist(b_leaves, dims, bdim), b_leaves))
         else:
             shared_e, shared_b = _leaf(examples, grad), _leaf(examples, grad)
             per_ex.append(shared_e)
@@ -313,6 +322,8 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
                     c = cots[j].get(path)
                     if c is None:  # this example's output does not need a gradient
                         continue
+                    if isinstance(t, MaskedBatch):
+                        c = example_to_storage(c, t.batch_dim)
                     if isinstance(t, MaskedBatch) or data.size(0) == B:
                         region = g[j:j + 1]
                         for d in range(1, c.dim()):

@@ -85,11 +85,16 @@ def test_data_is_a_detached_batch():
         assert torch.equal(a, b)
 
 
-def test_index_zero_of_the_leading_one_is_refused_not_example_zero():
-    out = F.log_softmax(mb_rand(3, (False, 5)), dim=1)
-    topv, topi = out.data.topk(1)
-    with pytest.raises(ValueError, match="leading 1"):
-        topi[0][0]
+def test_index_zero_of_the_leading_one_is_each_examples_own_row():
+    """The tutorials' ``topi[0][0]``: index 0 of the batch-of-one dimension
+    is each example's own row (never example 0), then its top index."""
+    def top(x):
+        out = F.log_softmax(x, dim=1)
+        topv, topi = out.data.topk(1)
+        return topi[0][0], topv[0]
+    for lengths in ("mixed", "one", "equal"):
+        idx, val = mb_test(top, (3, (False, 5)), lengths=lengths, grad=False)
+        assert idx.batch_dim is None and idx.dim() == 0 and val.dim() == 1
 
 
 def test_data_setter_replaces_values_in_place():

@@ -20,11 +20,14 @@ rule for an op, look in the module of its family:
 - ``helpers``    example-level helpers shared with torch.Tensor
 - ``inplace``    in-place forms (add_, relu_, zero_, copy_, index_put_, inplace=True ...),
                  derived from the rules above: imported last
+- ``placement``  where each op puts each example's batch-of-one dimension
+                 (for values that hold it elsewhere than at 0, or not at all)
 """
 from . import pointwise, reduction, softmax, matmul, shape, indexing, nn, rnn, loss, helpers  # noqa: F401
 from . import sorting  # noqa: F401
 from . import attention  # noqa: F401
 from . import conv, norm  # noqa: F401
 from . import inplace  # noqa: F401  (last: derives the in-place forms of every rule above)
+from . import placement  # noqa: F401  (last: it reads the rule table)
 
 helpers.install()

@@ -15,7 +15,7 @@ once at import time and never mutated afterwards.
 import torch
 
 from .._lanes import batch_size_hint
-from ..core import RULES, MaskedBatch, real_mask, uncut, with_lanes
+from ..core import RULES, MaskedBatch, dispatch, real_mask, uncut, with_lanes
 
 __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
@@ -43,12 +43,12 @@ def tensor_methods(func):
     return _TENSOR_NAMES.get(id(func), [])
 
 
-def _install(name, rule):
+def _install(name, func, rule):
     if name in MaskedBatch.__dict__ and name not in _INSTALLED:
         return  # the class defines it itself (size, to, float, ...)
 
     def method(self, *args, **kwargs):
-        return rule(self, *args, **kwargs)
+        return dispatch(func, rule, (self,) + args, kwargs)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = rule.__doc__
@@ -64,7 +64,7 @@ def register(*funcs):
                 raise RuntimeError(f"two matchbox rules registered for {func_name(f)}")
             RULES[f] = rule
             for name in tensor_methods(f):
-                _install(name, rule)
+                _install(name, f, rule)
         return rule
     return deco
 

@@ -21,79 +21,29 @@ ONE call of the torch function on the padded data with one combined mask:
 
 ``nn.MultiheadAttention(batch_first=True)`` swaps each input to
 ``(L, N, E)`` with ``x.transpose(1, 0)`` before calling
-``F.multi_head_attention_forward``.  For a MaskedBatch that swap returns a
-:class:`SeqFirst` view, which only the attention rule (and the swap back)
-accept.  ``batch_first=False`` would read each example's leading 1 as its
-sequence and raises.  Its fast paths are never taken for a MaskedBatch:
+``F.multi_head_attention_forward``: for a MaskedBatch, a sequence-first
+batch (each example ``(L, 1, E)``, its batch-of-one dimension at 1), which
+is what the rule takes, so ``batch_first=False`` runs on sequence-first
+examples as given.  Batch-first examples under ``batch_first=False`` would
+have their leading 1 read as the sequence, and raise.  Its fast paths are never taken for a MaskedBatch:
 they require ``has_torch_function`` to be False.
 """
 import torch
 import torch.nn.functional as F
 
 from .._lanes import batch_size_hint
+from ..core import relabel
 from ._registry import (canon_mask, check_same_lengths, is_mb, keep, neutralize, new, real_mask,
                         register)
 
-__all__ = ["SeqFirst", "scaled_dot_product_attention", "multi_head_attention_forward"]
+__all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
 
 _BATCH_FIRST = (
-    "{op}: got a MaskedBatch in PyTorch's sequence-first layout (L, N, E): with "
-    "nn.MultiheadAttention(batch_first=False), or unbatched (L, E) input, PyTorch would read "
-    "each example's leading 1 as its sequence. Use nn.MultiheadAttention(..., batch_first=True) "
-    "(and nn.Transformer*Layer(..., batch_first=True)) with examples of shape (1, L, E).")
-
-
-class SeqFirst:
-    """A MaskedBatch ``x`` seen as ``x.transpose(0, 1)``: what
-    ``nn.MultiheadAttention(batch_first=True)`` makes of its inputs before
-    calling ``F.multi_head_attention_forward`` (and of that call's output
-    before returning it).  It moves each example's leading 1 away from dim
-    0, so only that call and the swap back accept it."""
-
-    __slots__ = ("batch",)
-
-    def __init__(self, batch):
-        self.batch = batch
-
-    def transpose(self, dim0, dim1):
-        n = self.batch.dim()
-        if {dim0 % n, dim1 % n} != {0, 1}:
-            self._refuse(f"transpose({dim0}, {dim1})")
-        return self.batch
-
-    swapaxes = swapdims = transpose
-
-    def dim(self):
-        return self.batch.dim()
-
-    @property
-    def dtype(self):
-        return self.batch.dtype
-
-    @property
-    def device(self):
-        return self.batch.device
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if func is F.multi_head_attention_forward:
-            return multi_head_attention_forward(*args, **(kwargs or {}))
-        if func in (torch.transpose, torch.Tensor.transpose, torch.swapaxes, torch.swapdims):
-            return args[0].transpose(*args[1:])
-        cls._refuse(getattr(func, "__name__", repr(func)))
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        self._refuse(name)
-
-    @staticmethod
-    def _refuse(what):
-        raise ValueError(
-            f"{what} on a MaskedBatch transposed with x.transpose(0, 1): that moves each example's "
-            f"leading 1 (the batch dimension). matchbox allows it only to hand the batch to "
-            f"nn.MultiheadAttention / F.multi_head_attention_forward; transpose it back with "
-            f".transpose(0, 1), or swap per-example dims >= 1 instead.")
+    "{op}: the MaskedBatch inputs must be sequence-first, (L, 1, E) per example, as "
+    "nn.MultiheadAttention hands them over: with batch_first=False (or unbatched (L, E) "
+    "input) batch-first examples (1, L, E) would have their leading 1 read as the sequence. "
+    "Use nn.MultiheadAttention(..., batch_first=True) (and nn.Transformer*Layer(..., "
+    "batch_first=True)) for (1, L, E) examples, or give (L, 1, E) examples.")
 
 
 # ------------------------------------------------------------------ masks
@@ -250,14 +200,14 @@ def _additive(mask, dtype):
 def _mha_inputs(query, key, value, op):
     """query/key/value as batch-first MaskedBatches (``is`` kept)."""
     outs = {}
-    B = next(t.batch.padded_data.size(0) for t in (query, key, value) if isinstance(t, SeqFirst))
+    B = next(t.padded_data.size(0) for t in (query, key, value) if is_mb(t))
     for t in (query, key, value):
         if id(t) in outs:
             continue
-        if isinstance(t, SeqFirst):
-            outs[id(t)] = t.batch
-        elif is_mb(t):
-            raise ValueError(_BATCH_FIRST.format(op=op))
+        if is_mb(t):
+            if t.batch_dim != 1 or t.dim() != 3:
+                raise ValueError(_BATCH_FIRST.format(op=op))
+            outs[id(t)] = relabel(t, 0)
         else:  # a plain (S, 1, E) Tensor that MHA swapped from a shared (1, S, E)
             outs[id(t)] = _shared(t.transpose(0, 1), B, 3, op, "a plain query/key/value")
     return [outs[id(t)] for t in (query, key, value)]
@@ -308,7 +258,8 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     """``F.multi_head_attention_forward`` (``nn.MultiheadAttention``) per
     example, as one torch call on the padded batch with key padding, the
     user's masks and padded query rows folded into one float attn_mask.
-    Returns the output as a :class:`SeqFirst` view (MHA swaps it back) and
+    Returns the output sequence-first, ``(L, 1, E)`` per example, as its
+    input (MHA swaps it back) and
     the weights, if asked for, as a MaskedBatch ``(1, [H,] L, S)``."""
     op = "multi_head_attention_forward"
     params = (in_proj_weight, in_proj_bias, bias_k, bias_v, out_proj_weight, out_proj_bias,
@@ -317,7 +268,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         raise NotImplementedError(f"{op}: weights and static_k/static_v must be plain Tensors")
     if static_k is not None or static_v is not None:
         raise NotImplementedError(f"{op}: static_k / static_v are not supported on a MaskedBatch")
-    if not any(isinstance(t, SeqFirst) for t in (query, key, value)):
+    if not any(is_mb(t) and t.batch_dim == 1 for t in (query, key, value)):
         raise ValueError(_BATCH_FIRST.format(op=op))
     if is_causal and attn_mask is None:
         raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
@@ -358,7 +309,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     if weights is not None:
         extra = int(bias_k is not None) + int(add_zero_attn)
         weights = _weights(weights, q, k, q_real, S, extra)
-    return SeqFirst(out), weights
+    return relabel(out, 1), weights
 
 
 def _weights(w, q, k, q_real, S, extra):

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from .._lanes import active_lanes
-from ..core import absent_examples
+from ..core import absent_examples, dispatch
 from ._registry import (RULES, align, fail_if, func_name, is_mb, new, register_distinct,
                         tensor_methods, with_lanes)
 
@@ -148,7 +148,7 @@ def write_in_place(x, compute, args=(), kwargs=None, op="in-place op", cast=True
         and not torch.compiler.is_compiling()
     base = data.clone() if torch.is_grad_enabled() and (
         data.requires_grad or _records(args) or _records(kwargs.values())) else data
-    src = new(base, x._mask, x.dims, was_zero)
+    src = new(base, x._mask, x.dims, was_zero, x._bdim)
     if lanes is not None and base.requires_grad:
         src._cut = lanes  # the active lanes compute; the dormant ones add no gradient
     out = compute(src, *args, **kwargs)
@@ -158,6 +158,8 @@ def write_in_place(x, compute, args=(), kwargs=None, op="in-place op", cast=True
     value = out.padded_data
     if value is base or value is data:  # nothing changed (dropout in eval mode)
         return x
+    if out._bdim != x._bdim:
+        raise _shape_error(op, x, out)
     _no_absent_operands(x, list(args) + list(kwargs.values()), lanes, op)
     value = _fit(x, out, lanes, op)
     if cast and not torch.can_cast(value.dtype, data.dtype):
@@ -186,8 +188,11 @@ def write_in_place(x, compute, args=(), kwargs=None, op="in-place op", cast=True
 # ------------------------------------------------------------------ derived from the rule table
 def _derived(outplace, name):
     """``self.<name>(*args)``: the value of ``outplace``'s rule, in place."""
+    def compute(*args, **kwargs):  # the out-of-place op, wherever the batch-of-one dim sits
+        return dispatch(outplace, RULES[outplace], args, kwargs)
+
     def rule(self, *args, **kwargs):
-        return write_in_place(self, RULES[outplace], args, kwargs, name)
+        return write_in_place(self, compute, args, kwargs, name)
     rule.__name__ = rule.__qualname__ = name
     rule.__doc__ = f"In place, the value of {func_name(outplace)} (see matchbox.ops.inplace)."
     return rule

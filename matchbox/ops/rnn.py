@@ -25,6 +25,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .._lanes import active_lanes, batch_size_hint
+from ..core import adopt
 from . import _registry
 from ._registry import (is_mb, keep, new, real_mask, register, scatter_rows, true_rows, uncut,
                         with_lanes)
@@ -43,7 +44,8 @@ def _operands(opname, tensors):
     for i, t in enumerate(tensors):
         name = "input" if i == 0 else f"hidden state {i - 1}"
         if is_mb(t):
-            if t._data.dim() != 2:
+            t = adopt(t, 0, f"{opname}: the {name}") if t._bdim != 0 and t.dim() == 2 else t
+            if t._data.dim() != 2 or t._bdim != 0:
                 raise ValueError(
                     f"{opname}: the {name} must be (1, features) per example; got a MaskedBatch "
                     f"with {t._data.dim() - 1} dimensions after the leading 1")
@@ -139,29 +141,18 @@ def _check_layer(opname, input, hx, params, has_biases, batch_first):
             f"the MaskedBatch itself to the module (matchbox packs it for you)")
     if not is_mb(input):
         raise NotImplementedError(
-            f"{opname}: only the input may be a MaskedBatch (each example (1, n, features)); "
-            f"give initial states as plain Tensors in torch's layout "
-            f"(num_layers * num_directions, B, hidden) and weights as plain Tensors")
-    if not batch_first:
-        raise ValueError(
-            f"{opname}: matchbox runs nn.LSTM / nn.GRU / nn.RNN only with batch_first=True. "
-            f"Each example is (1, n, features) with its leading 1 as the batch dimension; "
-            f"build the module with batch_first=True")
+            f"{opname}: the input must be the MaskedBatch (each example one sequence); "
+            f"give weights as plain Tensors")
     if input.padded_data.dim() != 3:
         raise ValueError(
-            f"{opname}: each example must be (1, n, features); got a MaskedBatch with "
-            f"{input.padded_data.dim() - 1} dimensions after the leading 1")
+            f"{opname}: each example must be one sequence, (1, n, features) with "
+            f"batch_first=True or (n, 1, features) without; got per-example shape "
+            f"{tuple(input.maxsize())}")
     if input.dims[1]:
         raise ValueError(
-            f"{opname}: the feature dimension (dim 2) is dynamic; the layer needs a static "
+            f"{opname}: the feature dimension is dynamic; the layer needs a static "
             f"number of input features")
     _check_params(opname, params)
-    for h in hx:
-        if is_mb(h):
-            raise ValueError(
-                f"{opname}: the initial state is a MaskedBatch; give it as a plain Tensor in "
-                f"torch's layout (num_layers * num_directions, B, hidden), batch at dim 1 "
-                f"(per example it is (num_layers * num_directions, 1, hidden))")
 
 
 def _packed(f, input, hx, params, has_biases, num_layers, dropout, train, bidirectional):
@@ -194,18 +185,39 @@ def _packed(f, input, hx, params, has_biases, num_layers, dropout, train, bidire
     return out, states
 
 
+def _state(h, B, opname):
+    """An initial state, per example ``(L * D, 1, hidden)`` (a MaskedBatch,
+    or a plain Tensor shared by every example), in torch's padded layout
+    ``(L * D, B, hidden)``."""
+    if is_mb(h):
+        h = adopt(h, 1, f"{opname}: the initial state").padded_data
+        if h.dim() != 3 or h.size(0) != B:
+            raise ValueError(f"{opname}: the initial state must be (num_layers * num_directions, "
+                             f"1, hidden) per example")
+        return h.transpose(0, 1)
+    if h.dim() != 3 or h.size(1) != 1:
+        raise ValueError(
+            f"{opname}: a plain Tensor initial state of shape {tuple(h.shape)} is shared by "
+            f"every example, so it must be (num_layers * num_directions, 1, hidden), as for one "
+            f"example; per-example states are MaskedBatch values")
+    return h.expand(h.size(0), B, *h.shape[2:])
+
+
 def _layer(f, opname):
     def rule(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
         hx = tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
+        if is_mb(input):
+            input = adopt(input, 0 if batch_first else 1,
+                          f"{opname} (batch_first={batch_first}): the input")
         _check_layer(opname, input, hx, params, has_biases, batch_first)
-        # a state with batch 1 (the zero state the module builds from
-        # input.size(0), which is 1 per example) is shared by every example
         B = input.padded_data.size(0)
-        hx = tuple(h.expand(h.size(0), B, *h.shape[2:]) if h.dim() == 3 and h.size(1) == 1 else h
-                   for h in hx)
+        hx = tuple(_state(h, B, opname) for h in hx)
         out, states = _packed(f, input, hx, params, has_biases, num_layers, dropout, train,
                               bidirectional)
-        return (new(out, input._mask, input.dims), *states)
+        # states per example (L * D, 1, hidden): batch-first storage, the
+        # batch-of-one dimension at 1
+        states = [new(s.transpose(0, 1), None, (False, False), bdim=1) for s in states]
+        return (new(out, input._mask, input.dims, bdim=input.batch_dim), *states)
     rule.__name__ = opname
     rule.__doc__ = f"``torch.{opname}`` (what ``nn.{_MODULE[opname]}`` calls); see :func:`lstm`."
     return rule
@@ -226,18 +238,16 @@ step), so ``output`` is a MaskedBatch ``(1, n, D * hidden)`` per example
 with the input's mask, and ``h_n`` (and ``c_n``) hold each example's state
 after its own last step (backward direction: after its first token).
 
-States use torch's own layout, as a padded PyTorch model has them: ``h0`` /
-``c0`` and ``h_n`` / ``c_n`` are plain Tensors ``(L * D, B, hidden)``, the
-batch at dim 1 -- per example ``(L * D, 1, hidden)``, exactly what the
-unbatched module takes and returns.  So ``h_n[-1]`` is a ``(B, hidden)``
-Tensor of batch rows (per example ``(1, hidden)``), and ``h_n`` can start
-another layer.  A MaskedBatch state is refused (its batch would sit at
-dim 0); a plain ``(L * D, 1, hidden)`` state is refused by the module's own
-size check when B > 1.  Mix ``h_n`` itself with MaskedBatch values only
-after selecting a layer or ``h_n.transpose(0, 1)``.
+States are what one example has: ``h0`` / ``c0`` and ``h_n`` / ``c_n`` are
+``(L * D, 1, hidden)`` per example, MaskedBatch values whose batch-of-one
+dimension sits at 1 (or, for ``h0``, a plain Tensor of that shape shared by
+every example, such as the zero state the module builds).  So ``h_n[-1]``
+is ``(1, hidden)`` per example and ``h_n`` can start another layer.
 
-Only ``batch_first=True`` is supported (per example ``(n, 1, features)``
-would put the batch at dim 1); ``batch_first=False`` raises.  Dropout
+With ``batch_first=False`` each example is sequence-first, ``(n, 1,
+features)`` (its batch-of-one dimension at 1, e.g. from
+``MaskedBatch.fromlist(xs, batch_dim=1)``), as in the PyTorch tutorials;
+output follows the input's layout.  Dropout
 between layers (``dropout > 0`` in training) is drawn over the real steps
 only, so it is distributed as for each example alone, though its random
 numbers differ from a per-example run; in eval mode results are exact.

@@ -54,7 +54,6 @@ from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, neutralize, new, n
                         prefix_mask, real_mask, register_distinct)
 from .helpers import helper
 from ..core import MaskedBatch, absent_examples, mark_sizes
-from .attention import SeqFirst
 
 T = torch.Tensor
 
@@ -151,13 +150,10 @@ def _permuted(x, perm, op):
 # ------------------------------------------------------------------ transpose / permute
 @register_distinct(torch.transpose, T.transpose, torch.swapaxes, T.swapaxes, torch.swapdims, T.swapdims)
 def transpose(x, dim0, dim1):
-    """Swap two per-example dims; the mask moves along.  Swapping dims 0
-    and 1 gives a :class:`~matchbox.ops.attention.SeqFirst` view, which only
-    nn.MultiheadAttention accepts (it swaps its inputs to (L, N, E))."""
+    """Swap two per-example dims; the mask moves along.  (Moving the
+    batch-of-one dimension is ops/placement.py's.)"""
     n = x.padded_data.dim()
     d0, d1 = x._norm_dim(dim0), x._norm_dim(dim1)
-    if {d0, d1} == {0, 1}:
-        return SeqFirst(x)
     perm = list(range(n))
     perm[d0], perm[d1] = perm[d1], perm[d0]
     return _permuted(x, perm, f"transpose({dim0}, {dim1})")

@@ -8,7 +8,8 @@ def poison(x, value=float("nan")):
     """Put garbage in a batch's padding (a no-op for one example), so a rule
     that forgets to neutralize padding fails its test."""
     if isinstance(x, MaskedBatch) and x._mask is not None:
-        return MaskedBatch._new(torch.where(x._mask, x.padded_data, value), x._mask, x.dims)
+        return MaskedBatch._new(torch.where(x._mask, x.padded_data, value), x._mask, x.dims,
+                                bdim=x.batch_dim)
     return x
 
 

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from matchbox import MaskedBatch
 from matchbox._lanes import lanes
-from matchbox.ops.attention import SeqFirst
 from matchbox.test_utils import mb_test
 from tests.ops._padding import poison
 
@@ -292,14 +291,23 @@ def test_mha_errors():
             m.out_proj.weight, m.out_proj.bias, attn_mask=(x @ x.transpose(1, 2)) > 0)
 
 
-def test_seq_first_view_only_for_attention():
+def test_transposed_batch_is_sequence_first():
+    """x.transpose(0, 1) of (1, n, E) examples is each example's (n, 1, E):
+    ops run on it per example, and it transposes back to x's layout."""
     x = MaskedBatch.fromlist([torch.randn(1, n, 4) for n in (2, 3)], (True, False))
     s = x.transpose(0, 1)
-    assert isinstance(s, SeqFirst) and s.transpose(1, 0) is x and torch.transpose(s, 0, 1) is x
-    for bad in (lambda: s.tanh(), lambda: torch.tanh(s), lambda: s.transpose(1, 2), lambda: s + 1):
-        with pytest.raises((ValueError, TypeError), match="leading 1|unsupported"):
-            bad()
+    assert s.batch_dim == 1 and s.transpose(1, 0).batch_dim == 0
+    for a, b in zip(torch.tanh(s).examples(), x.examples()):
+        torch.testing.assert_close(a, b.tanh().transpose(0, 1))
     assert x.is_nested is False
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_mha_sequence_first(lengths):
+    """nn.MultiheadAttention(batch_first=False) on (L, 1, E) examples."""
+    m = nn.MultiheadAttention(8, 2).double().eval()
+    mb_test(lambda x: m(x, x, x)[0], (3, (True, 5), (False, 8)), batch_dim=1, lengths=lengths,
+            dtype=D, params=list(m.parameters()))
 
 
 # ------------------------------------------------------------------ Transformer layers

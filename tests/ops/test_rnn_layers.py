@@ -22,14 +22,14 @@ IN, HID, T = 3, 2, 5
 
 
 def torch_layout(h):
-    """A state given per example as (1, L*D, H) -> torch's (L*D, 1, H); batched
-    (B, L*D, H) -> (L*D, B, H).  The test's way to feed mb_test-made states."""
-    return (h.padded_data if isinstance(h, MaskedBatch) else h).transpose(0, 1)
+    """A state made as (1, L*D, H) per example -> the layer's (L*D, 1, H)
+    (batched: its batch-of-one dimension moves to 1)."""
+    return h.transpose(0, 1)
 
 
 def run(layer, x, *h0):
-    """Per example: ``out, h = layer(x[, h0])``; states come back as (1, L*D, H)
-    rows so mb_test can compare them per example."""
+    """Per example: ``out, h = layer(x[, h0])``, states (L*D, 1, H) as the
+    unbatched layer has them."""
     x = poison(x)
     if not h0:
         out, h = layer(x)
@@ -37,8 +37,7 @@ def run(layer, x, *h0):
         out, h = layer(x, tuple(torch_layout(s) for s in h0))
     else:
         out, h = layer(x, torch_layout(h0[0]))
-    states = h if isinstance(h, tuple) else (h,)
-    return (out,) + tuple(s.transpose(0, 1) for s in states)
+    return (out,) + (h if isinstance(h, tuple) else (h,))
 
 
 def check(layer, B, mode, with_h0, T=T):
@@ -77,11 +76,11 @@ def test_output_mask_and_state_layout():
     x = MaskedBatch.fromlist(xs, (True, False))
     out, h = layer(x)
     assert torch.equal(out.mask, x.mask) and out.padded_data.shape == (3, 5, 2 * HID)
-    assert type(h) is torch.Tensor and h.shape == (4, 3, HID)
-    for b, xb in enumerate(xs):  # final states: each example's own last step
-        torch.testing.assert_close(h[:, b:b + 1], layer(xb)[1])
+    assert isinstance(h, MaskedBatch) and h.batch_dim == 1 and h.shape == (4, 1, HID)
+    for hb, xb in zip(h.examples(), xs):  # final states: each example's own last step
+        torch.testing.assert_close(hb, layer(xb)[1])
     # the backward direction's h_n is its output at the example's FIRST step
-    torch.testing.assert_close(h[-1], out.padded_data[:, 0, HID:])
+    torch.testing.assert_close(h[-1].padded_data, out.padded_data[:, 0, HID:])
 
 
 def test_state_rows_and_chaining():
@@ -109,7 +108,7 @@ def test_padding_garbage_never_leaks():
     x = MaskedBatch.fromlist(xs, (True, False))
     x = poison(poison(x), float("inf"))
     out, (h, c) = layer(x)
-    (out.to_padded(0).sum() + h.sum() + c.sum()).backward()
+    (out.to_padded(0).sum() + h.padded_data.sum() + c.padded_data.sum()).backward()
     assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
     got = [p.grad.clone() for p in layer.parameters()]
     layer.zero_grad()
@@ -128,12 +127,15 @@ def test_dormant_and_empty_lanes_keep_their_state(kind):
     data = torch.randn(3, 4, IN, dtype=torch.float64)
     data[1] = float("nan")
     x = MaskedBatch.from_padded(data, torch.tensor([2, 3, 0]))
-    h0 = torch.randn(2, 3, HID, dtype=torch.float64)
-    hx = (h0, h0 + 1) if kind == "lstm" else h0
+    h0 = torch.randn(2, 3, HID, dtype=torch.float64)  # torch's padded layout (L*D, B, H)
+
+    def per_example(h):  # each example's (L*D, 1, H)
+        return MaskedBatch(h.transpose(0, 1), batch_dim=1)
+    hx = (per_example(h0), per_example(h0 + 1)) if kind == "lstm" else per_example(h0)
     with lanes(torch.tensor([True, False, True])):
         out, h = layer(x, hx)
-    states = h if isinstance(h, tuple) else (h,)
-    starts = hx if isinstance(hx, tuple) else (hx,)
+    states = [s.padded_data.transpose(0, 1) for s in (h if isinstance(h, tuple) else (h,))]
+    starts = (h0, h0 + 1) if kind == "lstm" else (h0,)
     for s, s0 in zip(states, starts):
         torch.testing.assert_close(s[:, 1:], s0[:, 1:])  # lanes 1 (dormant) and 2 (empty)
     ref = layer(data[:1, :2], tuple(s[:, :1] for s in starts) if kind == "lstm" else h0[:, :1])
@@ -161,25 +163,22 @@ def test_errors():
     xs = [torch.randn(1, n, IN) for n in (2, 3)]
     dyn = MaskedBatch.fromlist(xs, (True, False))
     static = MaskedBatch.fromlist([torch.randn(1, 3, IN)] * 2, (True, False))
-    for x in (dyn, static):
-        with pytest.raises(ValueError, match="batch_first=True"):
+    for x in (dyn, static):  # batch-first examples for a sequence-first layer
+        with pytest.raises(ValueError, match="dimension 1"):
             nn.LSTM(IN, HID)(x)
     gru = nn.GRU(IN, HID, bidirectional=True, batch_first=True)
-    h0 = MaskedBatch.fromlist([torch.randn(1, 2, HID)] * 2, (False, False))  # B == L*D
-    with pytest.raises(ValueError, match="torch's layout"):
-        gru(dyn, h0)
+    h0 = MaskedBatch.fromlist([torch.randn(1, 2, HID)] * 2, (False, False))  # (1, L*D, H)
     with pytest.raises(RuntimeError, match="Expected hidden size"):
-        gru(dyn, torch.zeros(2, 1, HID))  # the module's own check: B rows needed
-    one_step = MaskedBatch.fromlist([torch.randn(1, IN)] * 2, (False,))
-    with pytest.raises(ValueError, match="dimension 0"):  # per example an unbatched (1, IN)
-        gru(one_step)
+        gru(dyn, h0)  # the module's own check, as for one example
+    with pytest.raises(ValueError, match="shared by every example"):
+        torch.gru(dyn, torch.zeros(2, 2, HID), gru._flat_weights, True, 1, 0.0, False, True, True)
     feat = MaskedBatch.fromlist([torch.randn(1, 2, IN), torch.randn(1, 2, IN + 1)], (True, True))
     with pytest.raises(ValueError, match="feature dimension"):
         torch.gru(feat, torch.zeros(2, 2, HID), gru._flat_weights, True, 1, 0.0, False, True, True)
     w = [MaskedBatch.fromlist([p.detach().unsqueeze(0)] * 2) for p in gru._flat_weights]
     with pytest.raises(NotImplementedError, match="per-example weights"):
         torch.gru(dyn, torch.zeros(2, 2, HID), w, True, 1, 0.0, False, True, True)
-    with pytest.raises(NotImplementedError, match="only the input may be a MaskedBatch"):
+    with pytest.raises(NotImplementedError, match="the input must be the MaskedBatch"):
         torch.gru(torch.randn(2, 3, IN), h0, gru._flat_weights, True, 1, 0.0, False, True, True)
     packed = dyn.to_packed()
     with pytest.raises(NotImplementedError, match="PackedSequence"):

@@ -52,7 +52,7 @@ def _stacked(a, b, rows):
             return torch.cat([x, y])
         return x.index_select(0, torch.cat([rows, rows])) if x is y \
             else torch.cat([x.index_select(0, rows), y.index_select(0, rows)])
-    return _new(pick(uncut(a), uncut(b)), pick(a._mask, b._mask), a.dims)
+    return _new(pick(uncut(a), uncut(b)), pick(a._mask, b._mask), a.dims, bdim=a._bdim)
 
 
 def _unstacked(out, rows, n, B):
@@ -67,8 +67,8 @@ def _unstacked(out, rows, n, B):
             x = x[k * n:(k + 1) * n]
             return x if rows is None else scatter_rows(x, rows, B)
         mask = out._mask
-        return tuple(_new(half(out.padded_data, k), None if mask is None else half(mask, k), out.dims)
-                     for k in (0, 1))
+        return tuple(_new(half(out.padded_data, k), None if mask is None else half(mask, k),
+                          out.dims, bdim=out._bdim) for k in (0, 1))
     if isinstance(out, (torch.Tensor, MaskedBatch, list, dict)):
         raise TypeError(
             f"@batch(merge_calls=True): the merged calls returned a {type(out).__name__} that "

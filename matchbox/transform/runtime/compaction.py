@@ -84,7 +84,7 @@ class Compaction:
         mask = x._mask
         if mask is not None and mask.size(0) == self.B:
             mask = mask.index_select(0, self.rows)
-        return _new(x.padded_data.index_select(0, self.rows), mask, x.dims, x._zero)
+        return _new(x.padded_data.index_select(0, self.rows), mask, x.dims, x._zero, x._bdim)
 
     def take(self, x):
         """``x`` as this iteration reads it: the live rows of a full-batch
@@ -112,7 +112,7 @@ class Compaction:
         mask = x._mask
         if mask is not None:
             mask = scatter_rows(mask.expand((self.n,) + mask.shape[1:]), self.rows, self.B)
-        return _new(scatter_rows(x.padded_data, self.rows, self.B), mask, x.dims, x._zero)
+        return _new(scatter_rows(x.padded_data, self.rows, self.B), mask, x.dims, x._zero, x._bdim)
 
     def lanes(self, lanes):
         """Full-batch lanes for the live lanes' ``lanes`` (None: all live)."""
@@ -179,7 +179,7 @@ class StepCompaction(Compaction):
         hit = self.moved.get(id(x))
         if hit is None:
             data = x.padded_data
-            y = _new(data[:self.n], None, x.dims)
+            y = _new(data[:self.n], None, x.dims, bdim=x._bdim)
             y._kept = (self, kept[1], kept[2] + (data[self.n:m],))
             hit = self.moved[id(x)] = (x, y)
         return hit[1]
@@ -199,7 +199,7 @@ class StepCompaction(Compaction):
         if like.dims != new.dims or like._data.shape[1:] != new._data.shape[1:] \
                 or like._data.dtype != new._data.dtype:
             return None
-        out = _new(new.padded_data, None, new.dims)  # a copy: ``new`` may be bound elsewhere too
+        out = _new(new.padded_data, None, new.dims, bdim=new._bdim)  # a copy: ``new`` may be bound elsewhere too
         out._kept = (self, origin, tails)
         return out
 
@@ -217,4 +217,4 @@ class StepCompaction(Compaction):
             rest = self.order[top:]
             parts.append(data.new_zeros((rest.numel(),) + data.shape[1:]) if origin is None
                          else origin.padded_data.index_select(0, rest))
-        return _new(torch.cat(parts).index_select(0, self.inverse), None, x.dims)
+        return _new(torch.cat(parts).index_select(0, self.inverse), None, x.dims, bdim=x._bdim)

@@ -35,7 +35,7 @@ def cond(value):
 
 
 def _as_condition_batch(lanes):
-    return _new(lanes, None, ())
+    return _new(lanes, None, (), bdim=None)
 
 
 def not_(value):

@@ -140,7 +140,7 @@ class _LaneEnumerate(LaneIterable):
             if sel.numel() and int(sel.min()) == int(sel.max()):
                 idx = int(sel.min())
             else:
-                idx = _new(counts.clone(), None, ())
+                idx = _new(counts.clone(), None, (), bdim=None)
             yield (idx, item), p
             counts = counts + (1 if p is None else p.long())
 

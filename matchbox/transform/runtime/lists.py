@@ -30,12 +30,12 @@ def _in_lanes(v, lanes, like=None):
     (so those lanes are not real in it, and the gradient cut that a read
     made under these lanes left pending is not needed: ``uncut``)."""
     if type(v) is MaskedBatch:
-        v = _new(uncut(v), v._mask, v.dims)
-    data, mask, dims = _canonical(v, lanes.size(0), like)
+        v = _new(uncut(v), v._mask, v.dims, bdim=v._bdim)
+    data, mask, dims, bdim = _canonical(v, lanes.size(0), like)
     full = _lane_view(lanes, data.dim())
     if mask is not None or any(dims):
         full = _full_mask(data, mask, dims, dims) & full
-    return _tag(_new(data, full, dims), lanes)
+    return _tag(_new(data, full, dims, bdim=bdim), lanes)
 
 
 def _lane_counts(lst, B, device):

@@ -99,7 +99,7 @@ def _lane_masks_dropped(item):
         return type(item)(_lane_masks_dropped(x) for x in item)
     if isinstance(item, MaskedBatch) and item._mask is not None \
             and item._mask.numel() == item._mask.size(0):
-        return _new(item.padded_data, None, item.dims)
+        return _new(item.padded_data, None, item.dims, bdim=item._bdim)
     return item
 
 

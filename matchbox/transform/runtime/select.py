@@ -4,7 +4,7 @@ given lanes and ``b`` in the others, for every kind of per-example value
 and widening dynamic dimensions where the two differ."""
 import torch
 
-from ...core import MaskedBatch
+from ...core import MaskedBatch, example_to_storage
 
 _new = MaskedBatch._new
 
@@ -14,17 +14,21 @@ def _lane_view(lanes, ndim):
 
 
 def _canonical(x, B, like):
-    """``(data, mask, dims)`` of a per-example value at batch size ``B``."""
+    """``(data, mask, dims, batch_dim)`` of a per-example value at batch
+    size ``B`` (a plain Tensor is laid out as ``like``, if that is a batch)."""
     if isinstance(x, MaskedBatch):
-        return x.padded_data, x._mask, x.dims
+        return x.padded_data, x._mask, x.dims, x._bdim
     if isinstance(x, torch.Tensor):
         if x.dim() == 0:
-            return x.reshape(1).expand(B), None, ()
-        if x.size(0) == 1:
-            return x.expand((B,) + tuple(x.shape[1:])), None, (False,) * (x.dim() - 1)
-        raise ValueError(
-            f"cannot give a Tensor of shape {tuple(x.shape)} different values per example: a "
-            f"per-example value needs a leading dimension of size 1")
+            return x.reshape(1).expand(B), None, (), None
+        p = like._bdim if isinstance(like, MaskedBatch) else 0
+        if p is not None and (x.dim() <= p or x.size(p) != 1):
+            raise ValueError(
+                f"cannot give a Tensor of shape {tuple(x.shape)} different values per example: a "
+                f"per-example value needs its batch-of-one dimension (size 1) at {p}, as the "
+                f"other value has")
+        one = example_to_storage(x, p)
+        return one.expand((B,) + tuple(one.shape[1:])), None, (False,) * (one.dim() - 1), p
     if isinstance(x, (bool, int, float)):
         ld = like.padded_data if isinstance(like, MaskedBatch) else like
         if isinstance(x, bool):
@@ -38,7 +42,7 @@ def _canonical(x, B, like):
             dtype = ld.dtype if isinstance(ld, torch.Tensor) and ld.dtype.is_floating_point \
                 else torch.get_default_dtype()
         device = ld.device if isinstance(ld, torch.Tensor) else None
-        return torch.full((B,), x, dtype=dtype, device=device), None, ()
+        return torch.full((B,), x, dtype=dtype, device=device), None, (), None
     raise TypeError(f"cannot give a {type(x).__name__} different values per example")
 
 
@@ -50,7 +54,9 @@ def example_shape(x):
     """The per-example shape of ``x`` as text (a dynamic dimension shows
     as ``n``)."""
     if isinstance(x, MaskedBatch):
-        sizes = ["1"] + ["n" if d else str(s) for s, d in zip(x.padded_data.shape[1:], x.dims)]
+        sizes = ["n" if d else str(s) for s, d in zip(x.padded_data.shape[1:], x.dims)]
+        if x.batch_dim is not None:
+            sizes.insert(x.batch_dim, "1")
         return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
     return str(tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
 
@@ -111,11 +117,12 @@ def _select(lanes, a, b):
         return a
     if type(a) is MaskedBatch and type(b) is MaskedBatch and a._mask is b._mask \
             and a.dims == b.dims and a.padded_data.shape == b.padded_data.shape \
-            and a.padded_data.dtype == b.padded_data.dtype:
+            and a.padded_data.dtype == b.padded_data.dtype and a._bdim == b._bdim:
         # the common case (loop state of one shape): one where, mask kept
         if _update_of(a, b, lanes):
             return a
-        return _new(torch.where(_lane_view(lanes, a.padded_data.dim()), a.padded_data, b.padded_data), a._mask, a.dims)
+        return _new(torch.where(_lane_view(lanes, a.padded_data.dim()), a.padded_data,
+                                b.padded_data), a._mask, a.dims, bdim=a._bdim)
     if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
             and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):
         return type(a)(select(lanes, x, y) for x, y in zip(a, b))
@@ -135,16 +142,16 @@ def _select(lanes, a, b):
                 f"would have to be held by different examples of one variable; @batch can "
                 f"only do that for tensors and numbers")
     B = lanes.size(0)
-    da, ma, dimsa = _canonical(a, B, b)
-    db, mb, dimsb = _canonical(b, B, a)
-    if da.dim() != db.dim():
+    da, ma, dimsa, pa = _canonical(a, B, b)
+    db, mb, dimsb, pb = _canonical(b, B, a)
+    if da.dim() != db.dim() or pa != pb:
         # a number is the same in every shape: it broadcasts to the other value's
         if da.dim() == 1 and _is_number(a):
             da = da.reshape((B,) + (1,) * (db.dim() - 1))
-            dimsa = (False,) * (db.dim() - 1)
+            dimsa, pa = (False,) * (db.dim() - 1), pb
         elif db.dim() == 1 and _is_number(b):
             db = db.reshape((B,) + (1,) * (da.dim() - 1))
-            dimsb = (False,) * (da.dim() - 1)
+            dimsb, pb = (False,) * (da.dim() - 1), pa
         else:
             raise ShapeMismatch(a, b)
     dtype = torch.promote_types(da.dtype, db.dtype)
@@ -169,7 +176,7 @@ def _select(lanes, a, b):
         da, db = _pad_data(da, db), _pad_data(db, da)
         mask = torch.where(_lane_view(lanes, ma2.dim()), ma2, mb2)
     data = torch.where(_lane_view(lanes, da.dim()), da, db)
-    return _new(data, mask, tuple(dims))
+    return _new(data, mask, tuple(dims), bdim=pa)
 
 
 def _pad_data(x, other):

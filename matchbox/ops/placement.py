@@ -1,0 +1,722 @@
+"""Where each op puts the batch-of-one dimension (SPEC section 2).
+
+Per example a value is ``(1, n_1, ..., n_k)`` (its batch-of-one dimension
+at 0, the default), has that dimension elsewhere (``(n, 1, d)``,
+sequence-first), or has none (``(n, d)``, as for ``torch.func.vmap``).  The
+storage is batch-first whatever it is, so the rules of the other modules
+are written once, for the batch-of-one dimension at 0.  An adapter here
+serves the ops whose operands hold it elsewhere or that can move, drop or
+create it: it relabels each operand as if it were at 0 (the same storage),
+turns the op's dimension arguments into storage dims (``core.storage_dim``,
+the one map), calls the rule, and labels the result with where the
+batch-of-one dimension went.
+
+An op with no adapter refuses operands whose batch-of-one dimension is not
+at 0 (``unplaced``), naming the op and the fix.
+"""
+import inspect
+
+import torch
+
+from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
+from ._registry import func_name, is_mb
+
+__all__ = ["unplaced"]
+
+T = torch.Tensor
+F = torch.nn.functional
+
+
+def unplaced(func, args):
+    where = sorted({a._bdim for a in _batches(args) if a._bdim != 0}, key=str)
+    return NotImplementedError(
+        f"{func_name(func)} has no rule yet for values whose batch-of-one dimension is "
+        f"{'absent' if where == [None] else f'at position {where}'} (matchbox/ops/placement.py "
+        f"lists the ops that have one). Move it to the front first: x.unsqueeze(0) where "
+        f"there is none, x.movedim(d, 0) where it is at d")
+
+
+def _batches(args):
+    for a in args:
+        if is_mb(a):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (b for b in a if is_mb(b))
+
+
+def _rebuilt(out, items):
+    """Tuple ``out`` with ``items`` (itself when they are its own items:
+    tuple subclasses such as unbind's steps keep what they record)."""
+    if all(a is b for a, b in zip(out, items)):
+        return out
+    return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
+
+
+def _label(out, bdim, inputs=()):
+    """Set where the batch-of-one dimension of each MaskedBatch in ``out``
+    (a result or a tuple of them) sits."""
+    if is_mb(out):
+        if any(out is a for a in inputs):
+            return relabel(out, bdim)
+        out._bdim = bdim
+        return out
+    if isinstance(out, tuple):
+        items = [_label(o, bdim, inputs) for o in out]
+        return _rebuilt(out, items)
+    if isinstance(out, list):
+        return [_label(o, bdim, inputs) for o in out]
+    return out
+
+
+class _Adapter:
+    """Base: ``always`` adapters run for every call (the op can drop or
+    create the batch-of-one dimension even when it is at 0); the others
+    only when some operand holds it elsewhere."""
+    always = False
+
+    def __init__(self, *params, signature=None, **options):
+        self.params, self.options, self.signature = params, options, signature
+
+    def prepare(self, rule):
+        """Read ``rule``'s parameters once, at import (not while torch.compile
+        traces a call)."""
+        params = inspect.signature(self.signature or rule).parameters.values()
+        rule._mb_params = {q.name: (i, None if q.default is inspect.Parameter.empty else q.default)
+                           for i, q in enumerate(params)}
+
+    def arg(self, rule, args, kwargs, name, default=None):
+        """The argument ``name`` of a call to ``rule`` (positional or
+        keyword; the signature's default when not given, else ``default``)
+        and its position in ``args`` (None: a keyword or not given)."""
+        i, dflt = rule._mb_params.get(name, (None, default))
+        if dflt is None:
+            dflt = default
+        if name in kwargs:
+            return kwargs[name], None
+        if i is not None and i < len(args):
+            return args[i], i
+        return dflt, None
+
+    def replace(self, args, kwargs, name, i, value):
+        if i is None:
+            kwargs = dict(kwargs)
+            kwargs[name] = value
+        else:
+            args = args[:i] + (value,) + args[i + 1:]
+        return args, kwargs
+
+
+def _right_offset(items, op):
+    """The common distance of the batch-of-one dimension from the end
+    among the MaskedBatch operands that have one (None if none has)."""
+    ks = {a.dim() - a._bdim for a in items if is_mb(a) and a._bdim is not None}
+    if len(ks) > 1:
+        raise ValueError(
+            f"{func_name(op)}: the operands hold their batch-of-one dimension at different places "
+            f"(counted from the end: {sorted(ks)}), so broadcasting them would not line the "
+            f"examples up; move one with x.movedim / x.transpose first")
+    return ks.pop() if ks else None
+
+
+def _to_front(a, k, op):
+    """Operand ``a`` of a broadcasting op relabeled as if its batch-of-one
+    dimension were at 0, when the result holds it ``k`` dims from the end
+    (``k`` None: no operand has one)."""
+    if isinstance(a, MaskedBatch):
+        if a._bdim is None and k is not None and a.dim() >= k:
+            s = a.dim() - k + 1
+            if a.dims[s - 1] or a.padded_data.size(s) != 1:
+                raise ValueError(
+                    f"{func_name(op)}: dimension {a.dim() - k} of one operand (size "
+                    f"{a.maxsize(a.dim() - k)}) meets the other's batch-of-one dimension, so "
+                    f"the result would have no batch dimension; unsqueeze it there first")
+            a = squeezed(a, s)
+        return relabel(a, 0)
+    if isinstance(a, torch.Tensor) and k is not None and a.dim() >= k:
+        if a.size(a.dim() - k) != 1:
+            raise ValueError(
+                f"{func_name(op)}: dimension {a.dim() - k} of a plain Tensor of shape {tuple(a.shape)} "
+                f"meets the examples' batch-of-one dimension, which it would replace; it must "
+                f"have size 1 there")
+        return a.squeeze(a.dim() - k)
+    return a
+
+
+class Broadcast(_Adapter):
+    """Elementwise ops: operands broadcast from the right, so the
+    batch-of-one dimension stays the same distance from the end."""
+
+    def __call__(self, func, rule, args, kwargs):
+        op = func
+        k = _right_offset(list(args) + list(kwargs.values()), op)
+        args = tuple(_to_front(a, k, op) for a in args)
+        kwargs = {n: _to_front(v, k, op) for n, v in kwargs.items()}
+        out = rule(*args, **kwargs)
+        if k is None:
+            # no operand has a batch-of-one dimension; a plain Tensor with more
+            # dims than the examples gives the result a leading dim there
+            rank = max((a.dim() for a in list(args) + list(kwargs.values())
+                        if isinstance(a, torch.Tensor)), default=0)
+            rank = max([rank] + [a.dim() - 1 for a in list(args) + list(kwargs.values()) if is_mb(a)])
+            return _label_none(out, rank, args)
+        return _label_from_end(out, k, args)
+
+
+def _label_none(out, rank, inputs):
+    """Label results of ops none of whose operands has a batch-of-one
+    dimension: none, unless the result has a leading size-1 dim that came
+    from a plain Tensor operand of ``rank`` dims (then that is it)."""
+    if is_mb(out):
+        return _label(out, 0 if out.padded_data.dim() == rank else None, inputs)
+    if isinstance(out, tuple):
+        items = [_label_none(o, rank, inputs) for o in out]
+        return _rebuilt(out, items)
+    return out
+
+
+def _label_from_end(out, k, inputs):
+    if is_mb(out):
+        return _label(out, out.padded_data.dim() - k, inputs)
+    if isinstance(out, tuple):
+        items = [_label_from_end(o, k, inputs) for o in out]
+        return _rebuilt(out, items)
+    return out
+
+
+class Rowwise(_Adapter):
+    """Ops over the last ``trailing`` dims of their first operand (linear,
+    layer_norm, embedding appends one): the leading dims, and the
+    batch-of-one dimension among them, keep their places."""
+
+    def __call__(self, func, rule, args, kwargs):
+        x = args[0]
+        p, trailing = x._bdim, self.options.get("trailing", 1)
+        if p is not None and x.dim() - p <= trailing:
+            raise ValueError(
+                f"{func_name(func)}: works on the last {trailing} dimension(s) of each example, "
+                f"which include its batch-of-one dimension (at {p} of {x.dim()}); move it first")
+        others = [a for a in list(args[1:]) + list(kwargs.values()) if is_mb(a) and a._bdim != p]
+        if others:
+            raise unplaced(func, args)
+        args = tuple(relabel(a, 0) if is_mb(a) else a for a in args)
+        kwargs = {n: relabel(v, 0) if is_mb(v) else v for n, v in kwargs.items()}
+        return _label(rule(*args, **kwargs), p, args)
+
+
+def _dim_to_storage(x, d, op):
+    if d is None:
+        return None
+    if isinstance(d, (tuple, list)):
+        return type(d)(storage_dim(x, i, op) for i in d)
+    return storage_dim(x, d, op)
+
+
+class Dims(_Adapter):
+    """Ops whose dimension arguments (``params``) name dims of the first
+    operand.  ``reduce=True``: those dims are removed unless ``keepdim``
+    (with no dim, every one: a 0-dim result per example); otherwise every
+    dim keeps its place.  The batch-of-one dimension itself may not be
+    named (a rule over a dim of size 1 per example is refused)."""
+
+    def __init__(self, *params, reduce=False, keepdim="keepdim", full=True, **options):
+        super().__init__(*params, **options)
+        self.reduce, self.keepdim_name, self.full = reduce, keepdim, full
+        self.always = reduce and full
+
+    def __call__(self, func, rule, args, kwargs):
+        x = args[0]
+        op = func
+        p = x._bdim
+        named, all_dims = [], True
+        if self.options.get("varargs"):  # flip(x, 0, 1) as well as flip(x, (0, 1))
+            dims = args[1:] if len(args) != 2 else args[1]
+            args = (x, tuple([dims] if isinstance(dims, int) else dims))
+        if isinstance(kwargs.get("other"), (torch.Tensor, MaskedBatch)):  # max(x, other=y)
+            return Broadcast()(func, rule, args, kwargs)
+        for name in self.params:
+            d, i = self.arg(rule, args, kwargs, name)
+            if isinstance(d, bool):  # var(x, unbiased): the overload with no dim
+                d = None
+            if isinstance(d, (torch.Tensor, MaskedBatch)):  # max(x, y): elementwise
+                return Broadcast()(func, rule, args, kwargs)
+            if d is not None:
+                all_dims = False
+                ds = list(d) if isinstance(d, (tuple, list)) else [d]
+                named += [storage_dim(x, j, op) for j in ds]
+                if p != 0:
+                    args, kwargs = self.replace(args, kwargs, name, i, _dim_to_storage(x, d, op))
+        if p == 0 and not (self.reduce and all_dims):
+            return rule(*args, **kwargs)
+        if 0 in named and p != 0:
+            raise ValueError(
+                f"{func_name(op)} over dimension {p} of each example, its batch-of-one dimension: move it "
+                f"first (x.movedim({p}, 0)) or name another dimension")
+        args = (relabel(x, 0),) + tuple(relabel(a, 0) if is_mb(a) and a._bdim == p else a
+                                        for a in args[1:])
+        out = rule(*args, **kwargs)
+        if not self.reduce:
+            return _label(out, p, args)
+        keep, _ = self.arg(rule, args, kwargs, self.keepdim_name, False)
+        if all_dims and not keep:
+            return _label(out, None, args)
+        if keep or p is None:
+            return _label(out, p, args)
+        return _label(out, p - sum(1 for s in named if s <= p), args)
+
+
+class Loss(_Adapter):
+    """Losses reduce each example to one value (a 0-dim result per
+    example) unless ``reduction='none'``.  A class-dim loss
+    (cross_entropy, nll_loss) on input with no batch-of-one dimension,
+    ``(N, C)`` per example as after ``logits.view(-1, C)``, runs as the
+    K-dim loss ``(1, C, N)``."""
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        x = args[0]
+        red, _ = self.arg(rule, args, kwargs, "reduction", "mean")
+        p = x._bdim if is_mb(x) else 0
+        op = func
+        moved = False
+        if p != 0:
+            if p is not None:
+                if self.options.get("classes") or any(
+                        is_mb(a) and a._bdim != p for a in list(args) + list(kwargs.values())):
+                    raise unplaced(func, args)
+                args = tuple(relabel(a, 0) if is_mb(a) else a for a in args)
+                kwargs = {n: relabel(v, 0) if is_mb(v) else v for n, v in kwargs.items()}
+                return _label(rule(*args, **kwargs), None if red != "none" else p, args)
+            if self.options.get("classes") and x.dim() >= 2:
+                x = relabel(x, 0).movedim(1, -1)
+                moved = True
+            args = (relabel(x, 0) if is_mb(x) else x,) + tuple(
+                relabel(a, 0) if is_mb(a) and a._bdim is None else _to_front(a, None, op)
+                for a in args[1:])
+        out = rule(*args, **kwargs)
+        if red != "none":
+            return _label(out, None, args)
+        if moved:
+            out = out.movedim(-1, 1)
+        return _label(out, p, args)
+
+
+# ------------------------------------------------------------------ shape ops
+def _rule(func):
+    return RULES[func]
+
+
+def _permuted(x, perm, op):
+    """``x`` with its per-example dims in the order ``perm`` (user dims)."""
+    p = x._bdim
+    rest = [storage_dim(x, u, op) for u in perm if u != p]
+    out = _rule(torch.permute)(relabel(x, 0), [0] + rest)
+    return _label(out, None if p is None else perm.index(p))
+
+
+def _norm(x, d, n=None, op=None):
+    n = x.dim() if n is None else n
+    if not -n <= d < n:
+        raise IndexError(f"{func_name(op)}: dimension {d} out of range for examples with {n} dimensions")
+    return d + n if d < 0 else d
+
+
+class Permute(_Adapter):
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        x, op = args[0], func
+        n = x.dim()
+        kind = self.options["kind"]
+        if kind == "transpose":
+            a, _ = self.arg(rule, args, kwargs, "dim0")
+            b, _ = self.arg(rule, args, kwargs, "dim1")
+            a, b = _norm(x, a, op=op), _norm(x, b, op=op)
+            perm = list(range(n))
+            perm[a], perm[b] = perm[b], perm[a]
+        elif kind == "permute":
+            dims = args[1:] if len(args) > 2 or not isinstance(args[1], (tuple, list)) else args[1]
+            dims = kwargs.get("dims", dims)
+            perm = [_norm(x, d, op=op) for d in dims]
+        elif kind == "movedim":
+            src, _ = self.arg(rule, args, kwargs, "source")
+            dst, _ = self.arg(rule, args, kwargs, "destination")
+            src = [src] if isinstance(src, int) else list(src)
+            dst = [dst] if isinstance(dst, int) else list(dst)
+            src, dst = [_norm(x, d, op=op) for d in src], [_norm(x, d, op=op) for d in dst]
+            perm = [None] * n
+            for s, d in zip(src, dst):
+                perm[d] = s
+            rest = iter(u for u in range(n) if u not in src)
+            perm = [u if u is not None else next(rest) for u in perm]
+        else:  # t: swap the two dims of a 2-d example (no-op on fewer)
+            if n > 2:
+                raise ValueError(f"t() expects examples with <= 2 dimensions, these have {n}; "
+                                 f"use transpose(d0, d1)")
+            perm = list(range(n))[::-1]
+        if x._bdim == 0 and perm[0] == 0:
+            return rule(*args, **kwargs)
+        return _permuted(x, perm, op)
+
+
+class Unsqueeze(_Adapter):
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        x, op = args[0], func
+        dim, _ = self.arg(rule, args, kwargs, "dim")
+        u = _norm(x, dim, x.dim() + 1, op)
+        p = x._bdim
+        if p is None:
+            if u == 0:  # x.unsqueeze(0) brings the batch-of-one dimension back
+                return relabel(x, 0)
+            return _label(rule(relabel(x, 0), u + 1), None)
+        q = p + (u <= p)
+        return _label(rule(relabel(x, 0), u + 1 if u < q else u), q, (x,))
+
+
+class Squeeze(_Adapter):
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        x, op = args[0], func
+        dim, _ = self.arg(rule, args, kwargs, "dim")
+        p = x._bdim
+        if dim is None:  # every size-1 dim, the batch-of-one one too
+            static = tuple(storage_dim(x, u) for u in range(x.dim())
+                           if u != p and not x.dims[storage_dim(x, u) - 1]
+                           and x.padded_data.size(storage_dim(x, u)) == 1)
+            out = rule(relabel(x, 0), static) if static else relabel(x, 0)
+            return _label(out, None, (x,))
+        us = sorted({_norm(x, d, op=op) for d in ([dim] if isinstance(dim, int) else dim)})
+        drop = p in us
+        rest = tuple(storage_dim(x, u) for u in us if u != p)
+        y = relabel(x, 0)
+        out = rule(y, rest) if rest else y
+        if drop or p is None:
+            return _label(out, None, (x, y))
+        removed = x.padded_data.dim() - out.padded_data.dim()
+        gone = [u for u in us if u < p and x.padded_data.size(storage_dim(x, u)) == 1]
+        return _label(out, p - len(gone) if removed else p, (x, y))
+
+
+class Flatten(_Adapter):
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        x, op = args[0], func
+        s, _ = self.arg(rule, args, kwargs, "start_dim", 0)
+        e, _ = self.arg(rule, args, kwargs, "end_dim", -1)
+        n = max(x.dim(), 1)
+        s, e = _norm(x, s, n, op), _norm(x, e, n, op)
+        p = x._bdim
+        if p == 0 and s >= 1:
+            return rule(x, s, e)
+        inside = [u for u in range(s, e + 1) if u != p]
+        y = relabel(x, 0)
+        out = rule(y, storage_dim(x, inside[0]), storage_dim(x, inside[-1])) if len(inside) > 1 else y
+        if p is None or s <= p <= e:
+            return _label(out, None if s < e or p is None else p, (x, y))
+        return _label(out, p if p < s else p - (e - s), (x, y))
+
+
+def _prod(xs):
+    out = 1
+    for v in xs:
+        out *= v
+    return out
+
+
+def _sizes(sizes):
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        return list(sizes[0])
+    return list(sizes)
+
+
+class View(_Adapter):
+    """view / reshape: the batch-of-one dimension goes to a size-1 entry
+    of the target that starts at the same place in the flat order (its own
+    index when that fits); with none (``view(-1, C)``), the result has no
+    batch-of-one dimension.  A value that has none gets one back from a
+    leading 1 (``x.view(1, -1)``)."""
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        x = args[0]
+        sizes = _sizes(args[1:]) if len(args) > 1 else list(kwargs.get("shape", kwargs.get("size", ())))
+        if len(sizes) == 1 and isinstance(sizes[0], torch.dtype):
+            return _label(rule(relabel(x, 0), sizes[0]), x._bdim)
+        if self.options.get("like"):
+            other = args[1]
+            if is_mb(other):
+                if other.dims != tuple(False for _ in other.dims) and other._bdim != x._bdim:
+                    raise unplaced(func, args)
+                sizes = list(other.maxsize())
+            else:
+                sizes = list(other.shape)
+            rule = _rule(T.view if self.options["like"] == "view" else torch.reshape)
+        q = self._lead(x, sizes)
+        y = relabel(x, 0)
+        if q is None:
+            return _label(rule(y, [1] + sizes), None, (x, y))
+        if x._bdim == 0 and q == 0:
+            return rule(x, sizes)
+        return _label(rule(y, [1] + sizes[:q] + sizes[q + 1:]), q, (x, y))
+
+    @staticmethod
+    def _lead(x, sizes):
+        p = x._bdim
+        if p is None:
+            return 0 if sizes and sizes[0] == 1 else None
+        shape = x.maxsize()
+        dyn_before = any(x.dims[storage_dim(x, u) - 1] for u in range(p))
+        before = None if dyn_before else _prod(shape[:p])
+
+        def fits(q):
+            if sizes[q] != 1:
+                return False
+            if q == p and all(s == -1 or s == shape[i] for i, s in enumerate(sizes[:q])):
+                return True
+            return -1 not in sizes[:q] and before is not None and _prod(sizes[:q]) == before
+        cands = [q for q in range(len(sizes)) if fits(q)]
+        return p if p in cands else (cands[0] if cands else None)
+
+
+class Expand(_Adapter):
+    def __call__(self, func, rule, args, kwargs):
+        x = args[0]
+        sizes = _sizes(args[1:])
+        if self.options.get("like"):
+            if is_mb(args[1]):
+                raise unplaced(func, args)
+            sizes = list(args[1].shape)
+        p = x._bdim
+        if len(sizes) != x.dim():
+            raise unplaced(func, args)
+        if p is None:
+            return _label(_rule(T.expand)(relabel(x, 0), [1] + sizes), None)
+        if sizes[p] not in (1, -1):
+            raise ValueError(f"{func_name(func)}{tuple(sizes)}: size {sizes[p]} at dimension {p}, "
+                             f"each example's batch-of-one dimension; it must stay 1")
+        return _label(_rule(T.expand)(relabel(x, 0), [1] + sizes[:p] + sizes[p + 1:]), p)
+
+
+class Cat(_Adapter):
+    """cat / stack of a sequence: the parts share where their batch-of-one
+    dimension sits; plain Tensors are shared by every example."""
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        seq = list(args[0] if args else kwargs["tensors"])
+        dim, _ = self.arg(rule, args, kwargs, "dim", 0)
+        op = func
+        stack = self.options["kind"] == "stack"
+        batches = [a for a in seq if is_mb(a)]
+        if not batches:
+            return rule(*args, **kwargs)
+        ps = {a._bdim for a in batches}
+        if len(ps) > 1:
+            raise ValueError(f"{func_name(op)}: the parts hold their batch-of-one dimension at different "
+                             f"places ({sorted(ps, key=str)}); move them to one place first")
+        p = ps.pop()
+        x = batches[0]
+        n = x.dim() + stack
+        u = _norm(x, dim, n, op)
+        extra = {k: v for k, v in kwargs.items() if k not in ("tensors", "dim")}
+        if p == 0 and u >= 1:
+            return rule(*args, **kwargs)
+        if stack:
+            q = None if p is None else p + (u <= p)
+            s = u + 1 if q is None or u < q else u
+            parts = [relabel(a, 0) if is_mb(a) else _to_front(a, None if p is None else x.dim() - p, op)
+                     for a in seq]
+            return _label(rule(parts, s, **extra), q)
+        k = None if p is None else x.dim() - p
+        parts = [relabel(a, 0) if is_mb(a) else _to_front(a, k, op) for a in seq]
+        if u == p:  # along the batch-of-one dimension: it becomes a dim of len(seq)
+            return _label(_rule(torch.stack)(parts, p + 1), None)
+        return _label(rule(parts, storage_dim(x, u, op), **extra), p)
+
+
+class Unbind(_Adapter):
+    """unbind / split / chunk / narrow / select along a dimension."""
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        x, op, kind = args[0], func, self.options["kind"]
+        name = "dim"
+        d, i = self.arg(rule, args, kwargs, name, 0)
+        u = _norm(x, d, op=op)
+        p = x._bdim
+        if p == 0 and u != 0:
+            return rule(*args, **kwargs)
+        if u == p:
+            if kind == "select":
+                idx, _ = self.arg(rule, args, kwargs, "index")
+                if idx not in (0, -1):
+                    raise IndexError(f"{func_name(op)}: index {idx} out of range for dimension {p} of size 1 "
+                                     f"(each example's batch-of-one dimension)")
+                return relabel(x, None)
+            if kind == "unbind":
+                return (relabel(x, None),)
+            if kind == "narrow":
+                return x
+            return (x,)
+        args, kwargs = self.replace(args, kwargs, name, i, storage_dim(x, u, op))
+        args = (relabel(x, 0),) + tuple(args[1:])
+        out = rule(*args, **kwargs)
+        drops = kind in ("unbind", "select")
+        return _label(out, None if p is None else p - (drops and u < p), args)
+
+
+class Index(_Adapter):
+    """``x[...]``: ints, slices, None and Ellipsis on any dims, per-example
+    indices (MaskedBatch) and plain index Tensors where the batch-of-one
+    dimension is at 0 and kept."""
+    always = True
+
+    def __call__(self, func, rule, args, kwargs):
+        x, index = args[0], args[1]
+        if not is_mb(x):
+            return rule(*args, **kwargs)
+        items = list(index) if isinstance(index, tuple) else [index]
+        p = x._bdim
+        if p == 0 and items and (items[0] is Ellipsis and x.dim() > 1
+                                 or isinstance(items[0], slice) and items[0] == slice(None)):
+            return rule(*args, **kwargs)
+        consumed = sum(0 if it is None or it is Ellipsis else
+                       (it.dim() if isinstance(it, torch.Tensor) and it.dtype == torch.bool else 1)
+                       for it in items)
+        e = next((j for j, it in enumerate(items) if it is Ellipsis), None)
+        if e is not None:
+            items[e:e + 1] = [slice(None)] * (x.dim() - consumed)
+        items += [slice(None)] * (x.dim() - sum(it is not None for it in items))
+        out_items, q, u, pos = [], None, 0, 0
+        for it in items:
+            if it is None:
+                if p is None and pos == 0 and q is None and u == 0:
+                    q = 0  # x[None] brings the batch-of-one dimension back
+                else:
+                    out_items.append(None)
+                pos += 1
+                continue
+            if u == p:
+                if isinstance(it, slice) and len(range(*it.indices(1))) == 1:
+                    q = pos
+                    pos += 1
+                elif isinstance(it, int) and it in (0, -1):
+                    pass
+                else:
+                    raise IndexError(
+                        f"x[...]: index {it!r} on dimension {p}, each example's batch-of-one "
+                        f"dimension (size 1): use 0, -1 or ':'")
+                u += 1
+                continue
+            if isinstance(it, torch.Tensor) and not is_mb(it) and p not in (0, None) \
+                    and it.dim() > 0:
+                raise unplaced(func, args)
+            out_items.append(it)
+            u += 1
+            pos += 0 if isinstance(it, int) or (is_mb(it) and not it.dims and it.dim() == 0) else 1
+        y = relabel(x, 0)
+        out = rule(y, tuple([slice(None)] + out_items))
+        return _label(out, q, (x, y))
+
+
+class Matmul(_Adapter):
+    """matmul with a MaskedBatch on the left (a matrix or a batch of them
+    per example, its batch-of-one dimension among the batch or row dims)
+    and a plain Tensor (shared weights) or a MaskedBatch with the same
+    layout on the right."""
+
+    def __call__(self, func, rule, args, kwargs):
+        x, w = args[0], args[1]
+        p = x._bdim if is_mb(x) else "plain"
+        ok = is_mb(x) and (p is None and x.dim() >= 2 or p is not None and x.dim() - p >= 2) \
+            and (not is_mb(w) or w._bdim == p and w.dim() >= 2)
+        if not ok or kwargs:
+            raise unplaced(func, args)
+        out = rule(relabel(x, 0), relabel(w, 0) if is_mb(w) else w)
+        return _label(out, None if p is None else out.padded_data.dim() - (x.dim() - p))
+
+
+class Made(_Adapter):
+    """Constructors called on a batch (``x.new_zeros(1, h)``): the result's
+    layout comes from the sizes given, not from ``x``'s."""
+
+    def __call__(self, func, rule, args, kwargs):
+        return rule(*(relabel(a, 0) if is_mb(a) else a for a in args), **kwargs)
+
+
+class Own(_Adapter):
+    """Rules that read where the batch-of-one dimension sits themselves
+    (the RNN layers and cells adopt a static 1 where torch has the batch)."""
+
+    def __call__(self, func, rule, args, kwargs):
+        return rule(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ the table
+def _declare(adapter, *funcs):
+    for f in funcs:
+        if f is not None and f in RULES:
+            PLACEMENTS[f] = adapter
+            adapter.prepare(RULES[f])
+
+
+def _declare_module(adapter, module, skip=()):
+    _declare(adapter, *(f for f, rule in RULES.items()
+                        if rule.__module__ == module and f not in PLACEMENTS and f not in skip))
+
+
+def _var(input, dim=None, unbiased=None, keepdim=False):
+    """How torch.var / std / var_mean / std_mean take their arguments."""
+
+
+_declare(Dims("dim", reduce=True, signature=_var), torch.var, T.var, torch.std, T.std,
+         torch.var_mean, torch.std_mean)
+_declare(Dims("dim", reduce=True), torch.sum, T.sum, torch.mean, T.mean, torch.prod, T.prod,
+         torch.nansum, T.nansum, torch.amax, T.amax, torch.amin, T.amin, torch.logsumexp,
+         T.logsumexp, torch.max, T.max, torch.min, T.min, torch.argmax, T.argmax, torch.argmin,
+         T.argmin, torch.any, T.any, torch.all, T.all, torch.count_nonzero, T.count_nonzero,
+         torch.median, T.median, torch.linalg.vector_norm, torch.norm, T.norm)
+_declare(Dims("dim", reduce=True, full=False), torch.kthvalue, T.kthvalue)
+_declare(Dims("dim"), torch.softmax, T.softmax, F.softmax, torch.log_softmax, T.log_softmax,
+         F.log_softmax, F.softmin, torch.cumsum, T.cumsum, torch.cumprod, T.cumprod,
+         torch.sort, T.sort, torch.argsort, T.argsort, torch.topk, T.topk, torch.gather, T.gather,
+         torch.index_select, T.index_select, F.normalize, F.glu)
+_declare(Dims("dims", varargs=True), torch.flip, T.flip)
+_declare(Permute(kind="transpose"), torch.transpose, T.transpose, torch.swapaxes, T.swapaxes,
+         torch.swapdims, T.swapdims)
+_declare(Permute(kind="permute"), torch.permute, T.permute)
+_declare(Permute(kind="movedim"), torch.movedim, T.movedim, torch.moveaxis, T.moveaxis)
+_declare(Permute(kind="t"), torch.t, T.t)
+_declare(Unsqueeze(), torch.unsqueeze, T.unsqueeze)
+_declare(Squeeze(), torch.squeeze, T.squeeze)
+_declare(Flatten(), torch.flatten, T.flatten)
+_declare(View(), T.view, torch.reshape, T.reshape)
+_declare(View(like="view"), T.view_as)
+_declare(View(like="reshape"), T.reshape_as)
+_declare(Expand(), T.expand, torch.broadcast_to, T.broadcast_to)
+_declare(Expand(like=True), T.expand_as)
+_declare(Cat(kind="cat"), torch.cat, torch.concat, torch.concatenate)
+_declare(Cat(kind="stack"), torch.stack)
+_declare(Unbind(kind="unbind"), torch.unbind, T.unbind)
+_declare(Unbind(kind="split"), torch.split, T.split, torch.chunk, T.chunk)
+_declare(Unbind(kind="narrow"), torch.narrow, T.narrow)
+_declare(Unbind(kind="select"), torch.select, T.select)
+_declare(Index(), T.__getitem__)
+_declare(Loss(classes=True), F.cross_entropy, F.nll_loss)
+_declare_module(Loss(), "matchbox.ops.loss")
+_declare(Rowwise(trailing=0), F.embedding, F.one_hot, F.dropout, F.alpha_dropout,
+         F.feature_alpha_dropout, torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout)
+_declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.prelu)
+_declare_module(Broadcast(), "matchbox.ops.pointwise", skip=(torch.tril, T.tril, torch.triu, T.triu))
+_declare(Own(), F.multi_head_attention_forward)
+_declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
+         torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)
+_declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))
+_declare(Rowwise(trailing=0), torch.zeros_like, torch.ones_like, torch.full_like,
+         torch.empty_like, torch.rand_like, torch.randn_like, torch.randint_like)
+_declare(Made(), T.new_zeros, T.new_ones, T.new_full, T.new_empty, T.new_tensor, T.new)
+_declare(Matmul(), torch.matmul, T.matmul, T.__matmul__)
+_declare(Broadcast(), T.masked_fill)
