@@ -6,7 +6,8 @@ from . import functional
 from . import data
 from .ops.loss import example_sum, example_mean, token_mean
 from .transform import batch, to_source
+from .func import vmap
 
 __all__ = ["MaskedBatch", "functional", "data", "batch", "to_source",
-           "example_sum", "example_mean", "token_mean"]
+           "example_sum", "example_mean", "token_mean", "vmap"]
 __version__ = "0.1.0"

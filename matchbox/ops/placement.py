@@ -623,20 +623,42 @@ class Index(_Adapter):
 
 
 class Matmul(_Adapter):
-    """matmul with a MaskedBatch on the left (a matrix or a batch of them
-    per example, its batch-of-one dimension among the batch or row dims)
-    and a plain Tensor (shared weights) or a MaskedBatch with the same
-    layout on the right."""
+    """matmul / @.  A MaskedBatch whose batch-of-one dimension sits among
+    its batch or row dims, with a plain Tensor (shared weights) or a
+    MaskedBatch of the same layout: as is.  Examples with no batch-of-one
+    dimension (vmap style) may be vectors on either side: a vector becomes
+    a one-row (left) or one-column (right) matrix, and that dim is dropped
+    from the result, as torch.matmul does."""
 
     def __call__(self, func, rule, args, kwargs):
-        x, w = args[0], args[1]
-        p = x._bdim if is_mb(x) else "plain"
-        ok = is_mb(x) and (p is None and x.dim() >= 2 or p is not None and x.dim() - p >= 2) \
-            and (not is_mb(w) or w._bdim == p and w.dim() >= 2)
-        if not ok or kwargs:
+        a, b = args[0], args[1]
+        ps = {x._bdim for x in (a, b) if is_mb(x)}
+        if kwargs or len(ps) != 1:
             raise unplaced(func, args)
-        out = rule(relabel(x, 0), relabel(w, 0) if is_mb(w) else w)
-        return _label(out, None if p is None else out.padded_data.dim() - (x.dim() - p))
+        p = ps.pop()
+        if p is None:
+            return self._no_batch_dim(rule, a, b)
+        x = a if is_mb(a) else None
+        if x is None or x.dim() - p < 2 or is_mb(b) and b.dim() < 2:
+            raise unplaced(func, args)
+        out = rule(relabel(a, 0), relabel(b, 0) if is_mb(b) else b)
+        return _label(out, out.padded_data.dim() - (x.dim() - p))
+
+    @staticmethod
+    def _no_batch_dim(rule, a, b):
+        ra, rb = a.dim(), b.dim()
+        rank = 0 if ra == rb == 1 else rb - 1 if ra == 1 else ra - 1 if rb == 1 else max(ra, rb)
+        if is_mb(b):
+            b = relabel(b.unsqueeze(-1) if rb == 1 else b, 0)
+        elif rb == 1:
+            b = b.unsqueeze(-1)
+        a = relabel(a, 0) if is_mb(a) else (a.unsqueeze(0) if ra == 1 else a)
+        out = rule(a, b)
+        if rb == 1:
+            out = squeezed(out, out.padded_data.dim() - 1)
+        if ra == 1 and out.padded_data.dim() > rank + 1:
+            out = squeezed(out, out.padded_data.dim() - (1 if rb == 1 else 2))
+        return _label(out, None)
 
 
 class Made(_Adapter):
