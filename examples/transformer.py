@@ -9,7 +9,8 @@ it emits ``<eos>``.  The model contains no padding, mask or batch logic.
 
 matchbox features exercised:
 
-- ``x.split_dim(2, heads)`` / ``x.join_dims(2, 3)`` to make and merge heads;
+- ``x.split_dim(2, d // heads)`` (a dim of size ``d`` becomes ``(heads, d //
+  heads)``) / ``x.join_dims(2, 3)`` to make and merge heads;
 - ``F.scaled_dot_product_attention`` (``is_causal=True`` in the decoder's
   self-attention): one call for the whole batch, each example attending to
   its own keys only.  Written out, ``F.softmax(q @ k.transpose(2, 3) /
@@ -50,11 +51,11 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
-        self.heads = heads
+        self.heads, self.head_dim = heads, d_model // heads
         self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def split_heads(self, x):                         # (1, n, d) -> (1, heads, n, d / heads)
-        return x.split_dim(2, self.heads).transpose(1, 2)
+        return x.split_dim(2, self.head_dim).transpose(1, 2)
 
     def forward(self, x, memory, causal=False):
         q = self.split_heads(self.q(x))

@@ -8,7 +8,7 @@ does not define (checked at import).
 """
 import torch
 
-from ..core import MaskedBatch
+from ..core import MaskedBatch, storage_dim
 from ._registry import is_mb, new, register_distinct
 
 HELPERS = {}
@@ -62,8 +62,11 @@ def causal_mask(x, in_dim, out_dim):
     keys."""
     data = x.padded_data if is_mb(x) else x
     n = data.dim()
-    i = in_dim + n if in_dim < 0 else in_dim
-    j = out_dim + n if out_dim < 0 else out_dim
+    if is_mb(x):  # the dims of the data that per-example dims in_dim / out_dim are
+        i, j = storage_dim(x, in_dim, "causal_mask"), storage_dim(x, out_dim, "causal_mask")
+    else:
+        i = in_dim + n if in_dim < 0 else in_dim
+        j = out_dim + n if out_dim < 0 else out_dim
     if i == 0 or j == 0 or i == j:
         raise ValueError("causal_mask needs two different per-example dimensions")
     ii = torch.arange(data.size(i), device=data.device)
@@ -72,7 +75,7 @@ def causal_mask(x, in_dim, out_dim):
     shape_i[i], shape_j[j] = -1, -1
     hide = ii.view(shape_i) > jj.view(shape_j)
     out = data.masked_fill(hide, float("-inf"))
-    return new(out, x._mask, x.dims) if is_mb(x) else out
+    return new(out, x._mask, x.dims, bdim=x._bdim) if is_mb(x) else out
 
 
 def _like(fn):

@@ -142,6 +142,31 @@ def _to_front(a, k, op):
     return a
 
 
+def _meets_batch_dim(items, k):
+    """Whether an operand has a size other than 1 (or a dynamic dim) ``k``
+    dims from the end, where the others hold their batch-of-one dimension."""
+    for a in items:
+        if isinstance(a, MaskedBatch):
+            if a._bdim is None and a.dim() >= k:
+                s = a.dim() - k + 1
+                if a.dims[s - 1] or a.padded_data.size(s) != 1:
+                    return True
+        elif isinstance(a, torch.Tensor) and a.dim() >= k and a.size(a.dim() - k) != 1:
+            return True
+    return False
+
+
+def _unplaced_one(a):
+    """MaskedBatch ``a`` (the same values per example) with its batch-of-one
+    dimension read as a plain static dimension of size 1: it has none."""
+    if not isinstance(a, MaskedBatch) or a._bdim is None:
+        return a
+    p = a._bdim
+    mask = None if a._mask is None else a._mask.unsqueeze(p + 1)
+    return MaskedBatch._new(a.padded_data.unsqueeze(p + 1), mask, a.dims[:p] + (False,) + a.dims[p:],
+                            a._zero, None)
+
+
 class Broadcast(_Adapter):
     """Elementwise ops: operands broadcast from the right, so the
     batch-of-one dimension stays the same distance from the end."""
@@ -149,6 +174,13 @@ class Broadcast(_Adapter):
     def __call__(self, func, rule, args, kwargs):
         op = func
         k = _right_offset(list(args) + list(kwargs.values()), op)
+        if k is not None and _meets_batch_dim(list(args) + list(kwargs.values()), k):
+            # per example, the batch-of-one dimension broadcasts against a size
+            # other than 1 (lanes made by x.join_dims(0, d) meeting a (1, ...)
+            # value): as in PyTorch, the result has no batch-of-one dimension
+            args = tuple(_unplaced_one(a) for a in args)
+            kwargs = {n: _unplaced_one(v) for n, v in kwargs.items()}
+            k = None
         args = tuple(_to_front(a, k, op) for a in args)
         kwargs = {n: _to_front(v, k, op) for n, v in kwargs.items()}
         out = rule(*args, **kwargs)
@@ -742,3 +774,4 @@ _declare(Rowwise(trailing=0), torch.zeros_like, torch.ones_like, torch.full_like
 _declare(Made(), T.new_zeros, T.new_ones, T.new_full, T.new_empty, T.new_tensor, T.new)
 _declare(Matmul(), torch.matmul, T.matmul, T.__matmul__)
 _declare(Broadcast(), T.masked_fill)
+_declare(Rowwise(trailing=2), F.scaled_dot_product_attention)

@@ -53,7 +53,7 @@ import torch
 from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, neutralize, new, norm_dim,
                         prefix_mask, real_mask, register_distinct)
 from .helpers import helper
-from ..core import MaskedBatch, absent_examples, mark_sizes
+from ..core import MaskedBatch, absent_examples, mark_sizes, relabel, storage_dim
 
 T = torch.Tensor
 
@@ -286,50 +286,79 @@ def flatten(x, start_dim=0, end_dim=-1):
     return x if s == e else _merge(x, s, e)
 
 
+def _helper_dim(dim, n, op):
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dimension {dim} out of range for a {n}-dim value")
+    return dim + n if dim < 0 else dim
+
+
 @helper
 def join_dims(x, dim1, dim2):
-    """Merge per-example dims ``dim1`` and ``dim2`` into one at ``dim1``'s
-    place, ``dim2`` moved right after ``dim1`` first if needed (row-major:
-    ``dim2`` varies fastest).  Works on Tensors and MaskedBatch; on a
-    MaskedBatch either dim may be dynamic."""
+    """Merge per-example dim ``dim2`` into ``dim1`` (the original Matchbox's
+    meaning): the result has one dim, of size ``s1 * s2``, at ``dim1``'s
+    place, with ``dim2`` varying fastest (``dim2`` is moved right after
+    ``dim1``, then the two are flattened).  Works on Tensors and
+    MaskedBatch; on a MaskedBatch either dim may be dynamic.
+
+    ``join_dims(0, d)`` on a ``(1, ...)`` example folds ``d`` into its
+    batch-of-one dimension: each example becomes ``n = s_d`` lanes, a
+    batch of ``n`` along its dim 0, as in the multi-head attention of the
+    Matchbox talk (``x.split_dim(-1, N).join_dims(0, -1)``: ``(1, T, D)`` to
+    ``(N, T, D / N)``, one head per lane).  A MaskedBatch keeps its
+    examples (``batch_size``); its storage ``(B, n, ...)`` is the ``B * n``
+    lanes, example-major, and each example's dim 0 (size ``n``) is a plain
+    dimension, so every op, a reduction over the lanes included, means per
+    example what it means on the Tensor.  ``split_dim(0, n)`` undoes it."""
     n = x.dim()
-    d1, d2 = (dim1 + n if dim1 < 0 else dim1), (dim2 + n if dim2 < 0 else dim2)
-    if d1 == d2 or not (0 <= d1 < n and 0 <= d2 < n):
+    d1, d2 = _helper_dim(dim1, n, "join_dims"), _helper_dim(dim2, n, "join_dims")
+    if d1 == d2:
         raise ValueError(f"join_dims({dim1}, {dim2}) needs two different dims of a {n}-dim value")
-    if is_mb(x) and 0 in (d1, d2):
-        raise ValueError("join_dims cannot merge dimension 0, each example's leading 1 (the batch "
-                         "dimension of a MaskedBatch)")
     order = [i for i in range(n) if i != d2]
     p = order.index(d1)
     order.insert(p + 1, d2)
     if order != list(range(n)):
         x = x.permute(*order)
-    return _merge(x, p, p + 1) if is_mb(x) else x.flatten(p, p + 1)
+    return x.flatten(p, p + 1)  # the placement adapters follow the batch-of-one dim
 
 
 @helper
 def split_dim(x, dim, n):
-    """Split per-example dim ``dim`` of size ``s`` into ``(n, s // n)``
-    (``s`` must be divisible by ``n``).  On a MaskedBatch the dim must be
-    static."""
-    data = x.padded_data if is_mb(x) else x
-    d = dim + data.dim() if dim < 0 else dim
-    if not 0 <= d < data.dim():
-        raise IndexError(f"split_dim: dimension {dim} out of range for a {data.dim()}-dim value")
-    if is_mb(x):
-        d = norm_dim(x, d, "split_dim")
-        if x.dims[d - 1]:
-            raise ValueError(
-                f"split_dim({dim}, {n}): dimension {d} is dynamic; only static dims can be split "
-                f"(split a feature dim, or move the dynamic dim last and split another)")
-    size = data.size(d)
+    """Split per-example dim ``dim`` of size ``s`` into ``(s // n, n)`` (the
+    original Matchbox's meaning; ``s`` must be divisible by ``n``; ``n``
+    varies fastest).  Works on Tensors and MaskedBatch; on a MaskedBatch
+    the dim must be static.
+
+    ``split_dim(0, n)`` undoes ``join_dims(0, d)``: ``n`` lanes per example
+    ``(n, ...)`` become ``(1, n, ...)``, the 1 each example's batch-of-one
+    dimension again (``o.split_dim(0, N).join_dims(-1, 1)`` in the Matchbox
+    talk's multi-head attention: ``(N, T, D / N)`` back to ``(1, T, D)``)."""
+    d = _helper_dim(dim, x.dim(), "split_dim")
+    mb = is_mb(x)
+    p = x._bdim if mb else 0
+    if mb and d != p and x.dims[storage_dim(x, d) - 1]:
+        raise ValueError(
+            f"split_dim({dim}, {n}): dimension {d} is dynamic; only static dims can be split "
+            f"(split a feature dim, or move the dynamic dim last and split another)")
+    size = x.maxsize(d) if mb else x.size(d)
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"split_dim({dim}, {n!r}): n must be an int") from None
     if n <= 0 or size % n:
         raise ValueError(f"split_dim({dim}, {n}): size {size} is not divisible by {n}")
-    shape = tuple(data.shape[:d]) + (n, size // n) + tuple(data.shape[d + 1:])
-    if not is_mb(x):
-        return x.view(shape)
-    mask = None if x._mask is None else x._mask.unsqueeze(d)
-    return new(data.view(shape), mask, x.dims[:d - 1] + (False, False) + x.dims[d:], x._zero)
+    if not mb:
+        return x.unflatten(d, (size // n, n))
+    if d == p:  # the batch-of-one dimension itself: (1,) -> (1, 1)
+        return x.unsqueeze(d + 1)
+    s = storage_dim(x, d)
+    if p is None and d == 0 and size == n:
+        # (n, ...) per example, with no batch-of-one dimension (n lanes made by
+        # join_dims(0, d)): (1, n, ...), the 1 its batch-of-one dimension again
+        return relabel(x, 0)
+    data = x.padded_data
+    mask = None if x._mask is None else x._mask.unsqueeze(s)
+    return new(data.unflatten(s, (size // n, n)), mask, x.dims[:s - 1] + (False, False) + x.dims[s:],
+               x._zero, None if p is None else p + (p > d))
 
 
 @register_distinct(torch.unflatten, T.unflatten)

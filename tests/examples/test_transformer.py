@@ -71,6 +71,20 @@ def test_decoder_is_causal():
         torch.testing.assert_close(f[:, :c.size(1)], c)
 
 
+def test_split_heads_takes_contiguous_slices():
+    """split_dim(2, d // heads) makes head h of the d features the slice
+    h*d/heads .. (h+1)*d/heads (the layout of bench.tasks.transformer's
+    hand-batched attention), on a Tensor and on a batch."""
+    mha = ex.MultiHeadAttention(12, 3)
+    x = torch.randn(1, 5, 12)
+    want = x.view(1, 5, 3, 4).transpose(1, 2)
+    assert torch.equal(mha.split_heads(x), want)
+    xs = [torch.randn(1, n, 12) for n in (1, 5, 3)]
+    got = mha.split_heads(matchbox.MaskedBatch.fromlist(xs, (True, False))).examples()
+    for g, e in zip(got, xs):
+        assert torch.equal(g, e.view(1, -1, 3, 4).transpose(1, 2))
+
+
 def test_heads_must_divide_d_model():
     with pytest.raises(ValueError, match="not divisible by heads"):
         ex.MultiHeadAttention(10, 3)

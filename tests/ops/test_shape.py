@@ -71,6 +71,25 @@ CASES = {
     "join_dims_far": (lambda x: x.join_dims(1, 3), [DYN2]),
     "join_dims_dyn_second": (lambda x: x.join_dims(3, 1), [DYN2]),
     "split_join": (lambda x: x.split_dim(2, 2).join_dims(2, 3), [DYN]),
+    # join_dims(0, d): d folded into the batch-of-one dim, n lanes per example
+    "join_dims_0": (lambda x: x.split_dim(-1, 3).join_dims(0, -1), [DYN]),
+    "join_dims_0_dyn": (lambda x: x.join_dims(0, 1), [DYN]),
+    "join_dims_into_dyn": (lambda x: x.join_dims(1, 0), [DYN]),
+    "join_dims_0_twice": (lambda x: x.split_dim(-1, 2).join_dims(0, -1).join_dims(0, -1), [DYN]),
+    "lanes_roundtrip": (lambda x: x.split_dim(-1, 3).join_dims(0, -1).tanh()
+                        .split_dim(0, 3).join_dims(-1, 1), [DYN]),
+    "lanes_split_part": (lambda x: x.split_dim(-1, 3).join_dims(0, -1).split_dim(0, 1), [DYN]),
+    "lanes_reduce": (lambda x: x.split_dim(-1, 2).join_dims(0, -1).sum(0), [DYN]),
+    "lanes_mean_all": (lambda x: x.split_dim(-1, 2).join_dims(0, -1).mean(), [DYN]),
+    "lanes_softmax0": (lambda x: x.split_dim(-1, 3).join_dims(0, -1).softmax(0), [DYN]),
+    "lanes_per_lane_tensor": (lambda x: x.split_dim(-1, 3).join_dims(0, -1)
+                              * torch.arange(1., 4., dtype=x.dtype).view(3, 1, 1), [DYN]),
+    "lanes_meet_example": (lambda x, y: x.split_dim(-1, 3).join_dims(0, -1) + y,
+                           [DYN, (B, (True, 5), (False, 1))]),
+    "lanes_matmul": (lambda x: (lambda h: h @ h.transpose(1, 2))(x.split_dim(-1, 3).join_dims(0, -1)),
+                     [DYN]),
+    "lanes_causal": (lambda x: (lambda h: (h @ h.transpose(1, 2)).causal_mask(2, 1).softmax(-1))(
+        x.split_dim(-1, 2).join_dims(0, -1)), [DYN]),
     "unflatten": (lambda x: x.unflatten(2, (2, 3)), [DYN]),
     "view_as": (lambda x, y: x.view_as(y), [DYN, 0]),
 }
@@ -191,10 +210,19 @@ def test_nan_padding_does_not_reach_real_entries(f):
 
 def test_plain_tensor_helpers():
     x = torch.randn(1, 4, 6)
-    assert x.split_dim(2, 3).shape == (1, 4, 3, 2)
-    assert torch.equal(x.split_dim(2, 3), x.view(1, 4, 3, 2))
+    # the original Matchbox's meaning: size s becomes (s // n, n), n fastest
+    assert x.split_dim(2, 3).shape == (1, 4, 2, 3)
+    assert torch.equal(x.split_dim(2, 3), x.view(1, 4, 2, 3))
+    assert torch.equal(x.split_dim(-1, 2)[..., 1], x[..., 1::2])
     assert torch.equal(x.join_dims(1, 2), x.reshape(1, 24))
     assert torch.equal(x.join_dims(2, 1), x.transpose(1, 2).reshape(1, 24))
+    # join_dims(0, d) folds d into dim 0; split_dim(0, n) undoes it
+    heads = x.split_dim(-1, 3).join_dims(0, -1)
+    assert heads.shape == (3, 4, 2)
+    assert all(torch.equal(heads[h], x[0, :, h::3]) for h in range(3))
+    back = heads.split_dim(0, 3)
+    assert back.shape == (1, 3, 4, 2)
+    assert torch.equal(back.join_dims(-1, 1), x)
     assert torch.equal(F.stack([x, x], 1), torch.stack([x, x], 1))
     assert torch.equal(F.cat([x, x], 1), torch.cat([x, x], 1))
 
@@ -212,7 +240,10 @@ ERRORS = [
     (lambda x: x.unflatten(1, (1, -1)), ValueError, "dynamic"),
     (lambda x: torch.cat([x, torch.randn(2, 3, 6)], 1), ValueError, "leading 1"),
     (lambda x: x.expand(1, 5, 6), ValueError, "dynamic"),
-    (lambda x: x.join_dims(0, 1), ValueError, "dimension 0"),
+    (lambda x: x.join_dims(1, 1), ValueError, "two different dims"),
+    (lambda x: x.split_dim(0, 2), ValueError, "divisible"),
+    (lambda x: x.join_dims(0, 1).split_dim(0, 2), ValueError, "dynamic"),
+    (lambda x: x.split_dim(5, 2), IndexError, "out of range"),
     (lambda x: x.transpose(1, 5), IndexError, "out of range"),
 ]
 
@@ -244,3 +275,50 @@ def test_cat_dormant_lane_is_not_checked():
     assert torch.equal(out.examples()[0], torch.cat([x.examples()[0]] * 2, 2))
     with lanes(torch.tensor([True, False])):
         torch.stack([x, y], 1)
+
+
+# ---- join_dims(0, d): each example becomes n lanes; split_dim(0, n) undoes it
+def test_join_dims_0_lanes_layout():
+    xs = [torch.randn(1, n, 6) for n in (1, 4, 2)]
+    x = MaskedBatch.fromlist(xs, (True, False))
+    h = x.split_dim(-1, 3).join_dims(0, -1)
+    # per example (3, n, 2): dim 0 holds the lanes, no batch-of-one dimension
+    assert h.batch_size == 3 and h.batch_dim is None and h.dims == (False, True, False)
+    assert h.size(0) == 3 and h.maxsize() == (3, 4, 2)
+    for e, xe in zip(h.examples(), xs):
+        assert torch.equal(e, torch.stack([xe[0, :, k::3] for k in range(3)]))
+    # the storage is the B * n lanes, example-major, each (1, n, 2)
+    lanes = h.padded_data.reshape(9, 4, 2)
+    for b, xe in enumerate(xs):
+        for k in range(3):
+            n = xe.size(1)
+            assert torch.equal(lanes[3 * b + k, :n], xe[0, :, k::3])
+    back = h.split_dim(0, 3)
+    assert back.batch_dim == 0 and back.maxsize() == (1, 3, 4, 2)
+    assert all(torch.equal(a, b) for a, b in zip(back.join_dims(-1, 1).examples(), xs))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lanes_under_batch(mode):
+    """A value with n lanes per example takes part in @batch control flow:
+    the per-example loop runs on the examples, all lanes of each."""
+    import matchbox
+
+    @matchbox.batch
+    def f(x):
+        h = x.split_dim(-1, 2).join_dims(0, -1)
+        while h.sum() > 0:
+            h = h - 1
+        return h.split_dim(0, 2).join_dims(-1, 1)
+    mb_test(f, DYN, lengths=mode, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_lanes_scaled_dot_product_attention(mode, causal):
+    def f(q, k):
+        q, k = (x.split_dim(-1, 3).join_dims(0, -1) for x in (q, k))
+        o = F.scaled_dot_product_attention(q, k, k, is_causal=causal)
+        return o.split_dim(0, 3).join_dims(-1, 1)
+    k_spec = DYN if causal else (B, (True, 3), (False, 6))
+    mb_test(f, DYN, 0 if causal else k_spec, lengths=mode, dtype=torch.float64)
