@@ -15,6 +15,11 @@ loop with augmented assignments.  ``@matchbox.batch`` runs it on a batch of
 examples with different ``k``: each example leaves the loop after its own
 number of steps, and values and gradients equal per-example runs.
 
+``calc_n_expansions`` is the talk's own snippet, verbatim: the number of
+expansions a heuristic predicts from each example's node count, with
+``unconnected.new_zeros(unconnected.size(0))`` and then
+``expansions += unconnected.ceil()`` inside a per-example ``while``.
+
 Run: ``python -m examples.n_expansions [--steps N] [--batch-size B] [--seed S]``.
 """
 import itertools
@@ -39,6 +44,8 @@ class Config:
     hidden: int = 32
     attend: bool = True       # read the nodes by attention (else their mean)
     use_gate: bool = True     # gated update of the hidden state (else plain add)
+    n_expansions_mode: str = "medium"  # the talk's heuristic: 'sparse', 'dense' or 'medium'
+    n_relations: int = 3
 
 
 class NExpansions(nn.Module):
@@ -48,6 +55,7 @@ class NExpansions(nn.Module):
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
+        self.n_expansions_mode, self.n_relations = config.n_expansions_mode, config.n_relations
         H = config.hidden
         self.embed = nn.Linear(config.features, H)
         self.query = nn.Linear(H, H)
@@ -89,6 +97,33 @@ class NExpansions(nn.Module):
     def forward(self, nodes):
         h, n = self.n_expansions(nodes)
         return self.readout(h), n
+
+    # The snippet on the Matchbox talk's slide, verbatim: the number of
+    # expansions a graph over ``n_leaves`` nodes needs when each parent
+    # connects ``c_per_parent`` children.  ``n_leaves``: (1,), one count.
+    @matchbox.batch
+    def calc_n_expansions(self, n_leaves):
+        if self.n_expansions_mode == 'sparse':
+            return n_leaves - 1
+
+        else:
+            if self.n_expansions_mode == 'dense':
+                parent_conn_usage = 1.0
+            else:
+                parent_conn_usage = 0.5 # 'medium'
+
+            c_per_parent = 1 + parent_conn_usage * (
+                self.n_relations - 1)
+
+            unconnected = n_leaves.float()
+            expansions = unconnected.new_zeros(
+                unconnected.size(0))
+            while unconnected > 1:
+                unconnected /= c_per_parent
+                expansions += unconnected.ceil()
+
+            expansions = expansions.clamp(1).long()
+            return expansions
 
 
 def make_data(count=256, features=8, max_nodes=12, seed=0):
@@ -132,20 +167,24 @@ def main(steps=80, batch_size=32, seed=0, lr=3e-3, config=None):
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     data = make_data(count=512, features=model.config.features, seed=seed)
     batches = _batches(data, batch_size, seed)
-    expansions = []
+    expansions, heuristic = [], []
 
     def loss_of(step):
         nodes, target = next(batches)
         pred, n = model(nodes)
         expansions.append(mean_expansions(n))
+        heuristic.append(mean_expansions(model.calc_n_expansions(nodes.size_as_tensor(1))))
         return matchbox.example_mean(F.mse_loss(pred, target))  # each example's error, averaged
     losses, seconds = train_loop(opt, range(steps), loss_of)
     window = max(1, min(10, steps // 4))
     start, final = sum(losses[:window]) / window, sum(losses[-window:]) / window
     mean_n = sum(expansions) / len(expansions)
+    mean_h = sum(heuristic) / len(heuristic)
     print(f"final: loss {final:.3f} (start {start:.3f}), {mean_n:.2f} expansions/example on "
-          f"average, {batch_size} examples/batch, {seconds:.1f} s")
-    return {"loss": final, "start_loss": start, "mean_expansions": mean_n, "seconds": seconds}
+          f"average ({mean_h:.2f} by the talk's calc_n_expansions), {batch_size} examples/batch, "
+          f"{seconds:.1f} s")
+    return {"loss": final, "start_loss": start, "mean_expansions": mean_n,
+            "heuristic_expansions": mean_h, "seconds": seconds}
 
 
 if __name__ == "__main__":
