@@ -140,6 +140,10 @@ def norm_dim(x, dim, op="this op", allow_batch=False):
     return dim
 
 
+# below this many entries, finding the False rows costs more than ``where`` saves
+_ROWS_PAY = 1 << 14
+
+
 def keep(m, data, fill=0):
     """``torch.where(m, data, fill)`` for a bool mask ``m`` that broadcasts
     against ``data`` and a number ``fill``: entries under False become
@@ -149,8 +153,8 @@ def keep(m, data, fill=0):
     rows (its trailing dims are 1s, as padding masks over static feature
     dims are), index_fill over the False rows is 2-3x faster, forward and
     backward (not under torch.compile: finding the rows breaks the graph)."""
-    if data.device.type == "cpu" and data.is_floating_point() and m.dim() == data.dim() \
-            and not torch.compiler.is_compiling():
+    if data.device.type == "cpu" and data.numel() >= _ROWS_PAY and data.is_floating_point() \
+            and m.dim() == data.dim() and not torch.compiler.is_compiling():
         k = m.dim()
         while k and m.size(k - 1) == 1:
             k -= 1

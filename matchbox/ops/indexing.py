@@ -124,10 +124,28 @@ def _shared_index(x, p, t, op, negative=True):
 
 def _int_index(x, p, i, op):
     if x.dims[p - 1] and x._mask is not None:
+        if 0 <= i < x.padded_data.size(p):
+            return _select_real(x, p, i, op)
         index = torch.full((x.padded_data.size(0), 1), i, dtype=torch.long, device=x.padded_data.device)
         return take(x, p, index, (), op)
     mask = None if x._mask is None else x._mask.select(p, 0)
     return new(x.padded_data.select(p, i), mask, x.dims[:p - 1] + x.dims[p:])
+
+
+def _select_real(x, p, i, op):
+    """``x[..., i]`` along dynamic dim ``p`` for ``i >= 0``: entry ``i`` of
+    every example sits at padded position ``i``, so a select does it (no
+    gather), and the mask there is the result's; a present example shorter
+    than ``i + 1`` raises."""
+    m = x._mask.select(p, i)
+    present = lanes_present(x)
+    real = m if m.numel() == m.size(0) else m.reshape(m.size(0), -1).any(1)
+    real = real.reshape(-1)
+    bad = ~real if present is None else present & ~real
+    fail_if(bad, lambda k: IndexError(
+        f"{op}: index {i} is out of range for dimension {p} of example {k[0]}, which has size "
+        f"{int(x._lengths(p)[k[0]])}"), f"{op}: an index is out of range for dimension {p}")
+    return new(x.padded_data.select(p, i), m, x.dims[:p - 1] + x.dims[p:])
 
 
 def _bound(v, default, length):

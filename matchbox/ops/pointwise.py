@@ -17,6 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..core import MaskedBatch
 from ._registry import align, is_mb, neutralize, new, register, register_distinct
 
 T = torch.Tensor
@@ -84,6 +85,14 @@ def _nary(f, zero=None, safe=()):
     says whether zero padding survives; the operands in ``safe`` already
     hold safe values in their padding."""
     def rule(*args, **kwargs):
+        if len(args) == 2 and not kwargs:  # the common case, without align's generality
+            a, b = args
+            if type(a) is MaskedBatch and (type(b) in (int, float) or type(b) is MaskedBatch and (
+                    b._mask is a._mask and b.dims == a.dims and b._data.shape == a._data.shape)):
+                db = b.padded_data if type(b) is MaskedBatch else b
+                # (zero padding matters only where there is padding)
+                return new(f(a.padded_data, db), a._mask, a.dims,
+                           a._mask is not None and zero is not None and zero(args))
         args = _finite_padding(args, safe)
         datas, mask, dims = align(args, getattr(f, "__name__", "op"))
         return new(f(*datas, **kwargs), mask, dims, zero is not None and zero(args))
