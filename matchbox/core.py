@@ -38,6 +38,43 @@ _NO_HOST_VALUE = (
 )
 
 
+def _unconverted_caller():
+    """``(where, batch_fn)`` when the code that reads a Python value off a
+    MaskedBatch runs inside a ``@batch`` call but was not rewritten by it
+    (a helper function, library code): ``where`` names that code, and
+    ``batch_fn`` the @batch function that called it; else None."""
+    api = sys.modules.get("matchbox.transform.api")
+    if api is None:
+        return None
+    frame = sys._getframe(2)
+    user = None
+    while frame is not None:
+        code = frame.f_code
+        if code in api.CONVERTED_CODES:
+            if user is None:
+                return None  # the rewritten code itself (e.g. x.tolist())
+            return f"{user.co_name} ({user.co_filename}:{user_line})", code.co_name
+        if user is None and not code.co_filename.startswith(_PACKAGE_DIR):
+            user, user_line = code, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+_PACKAGE_DIR = __file__.rsplit("/", 1)[0]
+
+
+def _host_value_error(what):
+    """The message for ``what`` (a read of one Python value) on a MaskedBatch."""
+    where = _unconverted_caller()
+    if where is None:
+        return f"{what}: " + _NO_HOST_VALUE
+    return (f"{what} in {where[0]}: that code runs inside @batch function {where[1]} but "
+            f"@batch did not rewrite it, so it cannot read each example's own value; "
+            f"decorate it with @matchbox.batch too (then .item(), int(), float(), bool(), "
+            f"len() and x.size(d) give a value per example), or reduce explicitly with "
+            f".any() / .all()")
+
+
 def _as_dims(dims, n):
     if isinstance(dims, bool):
         dims = (dims,) * n
@@ -568,17 +605,36 @@ class MaskedBatch:
 
     # ------------------------------------------------------------ no host values
     def __bool__(self):
-        raise TypeError(_NO_HOST_VALUE)
+        raise TypeError(_host_value_error("bool(x) (or an if/while on x)"))
 
     def _no_host(self, *args, **kwargs):
         raise TypeError(_NO_HOST_VALUE)
 
-    __int__ = __float__ = __index__ = __complex__ = item = tolist = numpy = _no_host
+    __complex__ = tolist = numpy = _no_host
+
+    def item(self):
+        raise TypeError(_host_value_error("x.item()"))
+
+    def __int__(self):
+        raise TypeError(_host_value_error("int(x)"))
+
+    def __float__(self):
+        raise TypeError(_host_value_error("float(x)"))
+
+    def __index__(self):
+        raise TypeError(_host_value_error("using x as a Python int (range(x), an index, a size)"))
 
     def __iter__(self):
+        where = _unconverted_caller()
+        if where is not None:
+            raise TypeError(
+                f"iterating over a MaskedBatch in {where[0]}, which @batch function {where[1]} "
+                f"calls but which @batch did not rewrite; decorate it with @matchbox.batch too "
+                f"(a for loop under @batch walks each example's own items)")
         raise TypeError(
-            "iterating over a MaskedBatch would iterate over its examples; iterate over a "
-            "per-example dimension instead, e.g. `for x_t in x.unbind(1)`")
+            "iterating over a MaskedBatch (`for word in words`) walks each example's own "
+            "items only under @matchbox.batch: decorate the function that holds the loop, or "
+            "iterate over a per-example dimension explicitly, e.g. `for x_t in x.unbind(1)`")
 
     # ------------------------------------------------------------ moves and casts
     def _with_data(self, data):

@@ -27,7 +27,7 @@ entries of active lanes.
 """
 import torch
 
-from ..core import mask_from_lengths
+from ..core import mask_from_lengths, squeezed
 from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb, new,
                         norm_dim, real_mask, register_distinct, with_lanes)
 from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
@@ -240,7 +240,10 @@ def getitem(x, index):
             p += 1
         elif is_mb(it):
             x = _per_example_index(x, p, it, op)
-            p += it.padded_data.dim()
+            if it._bdim is None and not it.dims:  # one int per example: x[:, n - 1]
+                x = squeezed(x, p)
+            else:
+                p += it.padded_data.dim()
         elif isinstance(it, torch.Tensor):
             if it.is_floating_point():
                 raise IndexError(f"{op}: tensors used as indices must be integer, got {it.dtype}")

@@ -6,9 +6,11 @@ flags), then lower each construct to runtime calls (runtime.py).  The order:
 import functools
 import os
 import types
+import weakref
 
 from . import (assignments, break_statements, calls, conditionals, continue_statements,
-               logical, loops, reads, returns, runtime, sibling_calls, unsupported)
+               logical, loops, python_values, reads, returns, runtime, sibling_calls,
+               unsupported)
 from .analysis import loop_temporaries
 from .naming import Namer
 from .parser import load_function, parse_function, unparse
@@ -25,6 +27,7 @@ PASSES = (
     logical,              # and / or / not in tests -> _mb.and_ / or_ / not_
     reads,                # reads in regions  -> _mb.read(x) (dormant lanes detached)
     calls,                # lst.append, range/enumerate/zip/reversed in for
+    python_values,        # x.size(d), len(v), v.item(), int(v), lst.pop(), v[i] -> per-example values
     assignments,          # assignments in regions -> _mb.assign(old, new)
     loops,                # while / for       -> lane-narrowing loops
     conditionals,         # if / elif / else, a if c else b
@@ -43,6 +46,12 @@ class Context:
         self.loop_temporaries = loop_temporaries(fdef)
 
 
+#: The code objects of every rewritten function (and the lambdas in it), so
+#: an error raised in code they call can tell that code runs inside a @batch
+#: call without being rewritten (core's messages for .item(), bool() ...).
+CONVERTED_CODES = weakref.WeakSet()
+
+
 def _disabled():
     return os.environ.get("MATCHBOX_DISABLE", "").strip() not in ("", "0", "false", "False")
 
@@ -57,6 +66,7 @@ def convert(fn, max_iterations=None, compact=None, merge_calls=False):
     source = unparse(fdef)
     new = load_function(fdef, fn, origin, ctx.runtime, runtime)
     new.__matchbox_source__ = source
+    CONVERTED_CODES.update(runtime.compaction.function_codes(new.__code__))
     new.__matchbox_batched__ = True
     return new
 

@@ -14,7 +14,10 @@ One concern per module:
 - :mod:`.select` and :mod:`.assign`: per-lane ``select``; ``assign``,
   ``aug_assign``, ``setattr_``, ``setitem``, ``read``; :mod:`.values`: ``Undefined``,
   ``Mixed``, ``returned``
-- :mod:`.lists`: ``append``, ``extend``, ``insert``
+- :mod:`.lists`: ``append``, ``extend``, ``insert``, ``pop``, ``getitem``
+  (per-example lists)
+- :mod:`.scalars`: ``size``, ``shape``, ``len_``, ``item``, ``int_``,
+  ``float_``, ``bool_`` (per-example Python values)
 - :mod:`.loops`: ``while_loop``, ``for_loop`` (and :mod:`.compaction`,
   what ``@batch(compact=...)`` runs them with)
 - :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``
@@ -25,12 +28,14 @@ from .calls import sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
 from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
     reversed_, zip_
-from .lists import append, extend, insert
+from .lists import append, extend, getitem, insert, pop
 from .loops import for_loop, while_loop
+from .scalars import bool_, float_, int_, item, len_, shape, size
 from .select import select
 from .values import Mixed, Undefined, returned
 
 __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "select",
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
-           "insert", "while_loop", "for_loop", "LaneIterable", "LaneRange", "lane_items",
+           "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
+           "while_loop", "for_loop", "LaneIterable", "LaneRange", "lane_items",
            "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "returned"]

@@ -31,6 +31,10 @@ def cond(value):
         if value._mask is not None:
             c = c & value._mask.reshape(B)
         return c
+    if type(value) is list and value:  # a list is true where the example's list is not empty
+        from .lists import list_len
+        n = list_len(value)
+        return cond(n > 0) if type(n) is MaskedBatch else n > 0
     return bool(value)
 
 

@@ -8,9 +8,16 @@ import torch
 
 from ..._lanes import active_lanes
 from ...core import MaskedBatch
-from .lists import _listed
+from .lists import _listed, reversed_list
 
 _new = MaskedBatch._new
+
+
+def per_example_items(iterable):
+    """What a ``for`` under ``@batch`` walks: for a MaskedBatch, each
+    example's own items along its first dimension (``x.unbind(0)``: for
+    ``words`` of per-example shape ``(n, d)``, the ``n`` words of each)."""
+    return iterable.unbind(0) if type(iterable) is MaskedBatch else iterable
 
 
 class LaneIterable:
@@ -47,7 +54,7 @@ def lane_items(iterable):
     if isinstance(iterable, LaneIterable):
         yield from iterable.lane_items()
     else:
-        for item in iterable:
+        for item in per_example_items(iterable):
             yield item, presence(item)
 
 
@@ -180,6 +187,9 @@ class _LaneReversed(LaneIterable):
 
 
 def reversed_(seq):
+    seq = per_example_items(seq)
+    if type(seq) is list:
+        return reversed_list(seq)
     if hasattr(seq, "per_example_reversed"):  # the steps of x.unbind(d), d dynamic
         return seq.per_example_reversed()
     if isinstance(seq, LaneRange):

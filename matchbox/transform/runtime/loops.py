@@ -10,7 +10,7 @@ from ...core import MaskedBatch
 from ..errors import LoopLimitError
 from .compaction import Compaction, StepCompaction, function_codes
 from .conditions import _combine, _inside, cond
-from .iterables import lane_items
+from .iterables import lane_items, per_example_items
 
 _new = MaskedBatch._new
 
@@ -118,7 +118,7 @@ class for_loop(_Loop):
 
     def __init__(self, iterable, extra, description, max_iterations, compact=None):
         super().__init__(description, max_iterations, compact)
-        self.iterable, self.extra = iterable, extra
+        self.iterable, self.extra = per_example_items(iterable), extra
 
     def __iter__(self):
         steps = _Steps.of(self.iterable)

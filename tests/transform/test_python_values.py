@@ -1,0 +1,168 @@
+"""Per-example Python values under @batch (issue 20 items 2 and 3): lists
+used as stacks and queues, sizes, len(), .item(), int(), float(), bool(),
+and `for word in words` over an example's first dimension.  Each batched
+run equals the per-example runs, values and gradients."""
+import pytest
+import torch
+import torch.nn as nn
+
+import matchbox
+import matchbox.functional as F
+from matchbox import MaskedBatch
+from matchbox.test_utils import mb_test
+
+BATCHES = [(4, "mixed"), (4, "equal"), (1, "random"), (5, "one")]
+D = torch.float64
+EOS = 2
+
+
+@matchbox.batch
+def stack_machine(x):                                 # x: (1, n, 2)
+    stack = []
+    for t in x.unbind(1):
+        if t.sum() > 0:
+            stack.append(t)
+        elif len(stack) > 0:
+            a = stack.pop()
+            stack.append(a * 2 + t)
+    out = x.sum(1)
+    while len(stack) > 1:
+        out = out + stack.pop(0) * stack[-1]
+    if stack:
+        out = out + stack.pop()
+    return out
+
+
+@matchbox.batch
+def reversed_items(x):                                # x: (1, n, 2)
+    hs = []
+    for t in x.unbind(1):
+        if t.sum() > -0.5:
+            hs.append(torch.tanh(t))
+    hs.append(x.sum(1))
+    rev = hs[::-1]
+    first = hs[0] + rev[0] * 2 + hs[len(hs) - 1] + hs[len(hs) // 2]
+    return F.stack(rev, 1), first
+
+
+@matchbox.batch
+def queue(x):                                         # x: (1, n, 2)
+    q = list(x.unbind(1))
+    while len(q) > 1:
+        a = q.pop(0)
+        b = q.pop(0)
+        q.append(a * 0.5 + b)
+    return q.pop()
+
+
+@matchbox.batch
+def sizes(x):                                         # x: (1, n, 3)
+    n = x.size(1)
+    total = x[:, n - 1] * n + x[:, x.shape[1] - 1]
+    for i in range(n - 1, -1, -1):
+        total = total + x[:, i] * (i + 1)
+    for i in range(x.size(1)):
+        total = total * 0.5 + x[:, i]
+    return total / float(n) + len(x)
+
+
+torch.manual_seed(0)
+CELL = nn.Linear(3, 3).double()
+
+
+@matchbox.batch
+def rnn_over_words(words):                            # words: (n, 3), no batch dim
+    h = words.new_zeros(3)
+    for word in words:
+        h = torch.tanh(CELL(word) + h)
+    return h * len(words)
+
+
+@matchbox.batch
+def decode(x):                                        # x: (1, n, 4): logits per step
+    out = x.sum(1) * 0
+    tok = x[:, 0].argmax(-1)
+    for t in x.unbind(1):
+        tok = t.argmax(-1)
+        out = out + t
+        if tok.item() == EOS:
+            break
+    k = int(out.sum() > 0)
+    return out * (1 + k) + float(tok) + bool(tok == 1)
+
+
+@pytest.mark.parametrize("B,lengths", BATCHES)
+@pytest.mark.parametrize("f", [stack_machine, reversed_items, queue, sizes, decode])
+def test_per_example_values(f, B, lengths):
+    dims = (B, (True, 6), (False, 4 if f is decode else 3 if f is sizes else 2))
+    mb_test(f, dims, lengths=lengths, dtype=D)
+
+
+@pytest.mark.parametrize("B,lengths", BATCHES)
+def test_for_word_in_words(B, lengths):
+    mb_test(rnn_over_words, (B, (True, 5), (False, 3)), lengths=lengths, dtype=D, batch_dim=None)
+
+
+def _batch(n_list, d=2):
+    return MaskedBatch.fromlist([torch.randn(1, n, d) for n in n_list], (True, False))
+
+
+def test_pop_from_an_examples_empty_list_raises():
+    @matchbox.batch
+    def f(x):
+        stack = []
+        for t in x.unbind(1):
+            stack.append(t)
+        stack.pop()
+        stack.pop()
+        return x
+    with pytest.raises(IndexError, match=r"pop from empty list in examples \[1\]"):
+        f(_batch([2, 1, 3]))
+
+
+def test_index_past_an_examples_list_raises():
+    @matchbox.batch
+    def f(x):
+        hs = list(x.unbind(1))
+        return hs[1]
+    with pytest.raises(IndexError, match=r"list index out of range in examples \[0\]"):
+        f(_batch([1, 2]))
+
+
+def test_list_ops_only_in_active_lanes():
+    @matchbox.batch
+    def f(x, c):
+        stack = list(x.unbind(1))
+        if c > 0:
+            stack.pop()
+        return F.stack(stack, 1), len(stack) * 1.0 + x.sum()
+    x, c = _batch([3, 3, 2]), MaskedBatch.fromlist(
+        [torch.tensor(v) for v in (1.0, -1.0, 1.0)], (), batch_dim=None)
+    out, n = f(x, c)
+    assert [e.size(1) for e in out.examples()] == [2, 3, 1]
+
+
+def test_outside_batch_sizes_and_values_still_raise():
+    x = _batch([1, 3])
+    with pytest.raises(ValueError, match="size_as_tensor"):
+        x.size(1)
+    with pytest.raises(TypeError, match="@matchbox.batch"):
+        x.sum().item()
+    with pytest.raises(TypeError, match="@matchbox.batch"):
+        iter(MaskedBatch.fromlist([torch.randn(n, 2) for n in (1, 3)], (True, False),
+                                  batch_dim=None))
+
+
+def helper_reading_item(t):
+    return t.sum().item()
+
+
+@matchbox.batch
+def calls_an_undecorated_helper(x):
+    return helper_reading_item(x)
+
+
+def test_item_in_undecorated_helper_names_it():
+    with pytest.raises(TypeError, match=r"helper_reading_item .*inside @batch function "
+                                        r"calls_an_undecorated_helper.*decorate it"):
+        calls_an_undecorated_helper(_batch([1, 2]))
