@@ -200,6 +200,23 @@ def empty_sizes(mask):
     return getattr(mask, "_mb_sizes", None)
 
 
+class _CutDormant(torch.autograd.Function):
+    """``x`` unchanged, but no gradient through the rows of dormant lanes
+    (``lanes`` False): what they compute adds none, not even NaN.  The
+    forward is free (a view); the backward zeroes those rows."""
+
+    @staticmethod
+    def forward(ctx, x, lanes):
+        ctx.save_for_backward(lanes)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from .ops._registry import keep
+        lanes, = ctx.saved_tensors
+        return keep(lanes, grad, 0), None
+
+
 class MaskedBatch:
     """A batch of ``B`` examples with the same number of dimensions and
     per-example sizes along the dynamic ones.  See SPEC section 2."""
@@ -310,7 +327,8 @@ class MaskedBatch:
         matchbox read this; per-example code reads ``data``, as in PyTorch."""
         if self._cut is not None:
             d, lanes = self._data, self._cut
-            self._data = torch.where(lanes.view((-1,) + (1,) * (d.dim() - 1)), d, d.detach())
+            self._data = _CutDormant.apply(d, lanes.view((-1,) + (1,) * (d.dim() - 1))) \
+                if d.requires_grad and torch.is_grad_enabled() else d
             self._cut = None
         return self._data
 
