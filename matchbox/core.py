@@ -90,7 +90,10 @@ def _as_dims(dims, n):
 def mask_from_lengths(lengths, shape, dims, device=None):
     """The prefix mask for ``shape = (B, n_1, ...)`` given ``lengths``, a dict
     mapping each dynamic dimension index (1-based, as in ``padded_data``) to a
-    LongTensor ``(B,)`` of per-example sizes.  Static dims get size 1."""
+    LongTensor ``(B,)`` of per-example sizes.  Static dims get size 1.
+
+    An example of length 0 along some dimension gets no real entry, as an
+    example that holds no value: say it is present with ``empty_present``."""
     mask = None
     ndim = len(shape)
     for d, length in lengths.items():
@@ -102,28 +105,36 @@ def mask_from_lengths(lengths, shape, dims, device=None):
     if mask is None:
         return None
     full = [shape[0]] + [shape[i] if dims[i - 1] else 1 for i in range(1, ndim)]
-    mask = mask.expand(full)
-    if any(bool((torch.as_tensor(n) == 0).any()) for n in lengths.values()):
-        mark_sizes(mask, {d: torch.as_tensor(n, device=mask.device).reshape(-1)
-                          for d, n in lengths.items()})
-    return mask
+    return mask.expand(full)
 
 
-def mark_sizes(mask, lengths):
-    """Record on ``mask`` the per-example ``lengths`` (data dim -> LongTensor
-    ``(B,)``) of its dynamic dims, when some example has length 0 along one.
+def empty_present(lengths, present=None):
+    """The presence (``MaskedBatch._present``) of a batch whose mask was made
+    from ``lengths`` (see ``mask_from_lengths``) and whose examples hold a
+    value where ``present`` (bool ``(B,)``, None: all) says: None (the mask
+    decides) unless some example has length 0 along a dimension, which
+    the mask alone would show as holding no value.  Reads the lengths on
+    the host (as validation does), so only where they are made."""
+    zero = [n for n in lengths.values() if n.numel() and bool((n == 0).any())]
+    if not zero:
+        return None
+    if present is not None:
+        return present
+    n = zero[0]
+    return torch.ones(n.numel(), dtype=torch.bool, device=n.device)
 
-    Its mask then holds no real entry, as the mask of an example that holds
-    no value does (see ``absent_examples``), and the product of its lengths
-    hides its other sizes; the record says it is present and keeps them.
-    Rules that keep the mask (pointwise ops, one operand with a mask) keep
-    the record; reductions over a dynamic dim rebuild it for their result
-    (the sum of an empty sentence is a real 0); a rule that makes a new
-    mask drops it, and the example then reads as holding no value: a loss
-    or ``examples()`` raises rather than leaving it out."""
-    present = torch.ones(mask.size(0), dtype=torch.bool, device=mask.device)
-    mask._mb_sizes = (dict(lengths), present)
-    return mask
+
+def empty_sizes(lengths, present):
+    """The sizes to record (``MaskedBatch._sizes``) for a batch with
+    several dynamic dims whose mask was made from ``lengths``: only when an
+    example present (``present``) is empty along one dim but not along
+    another, whose size its mask cannot show; else None."""
+    if present is None or len(lengths) < 2:
+        return None
+    ls = list(lengths.values())
+    empty = torch.stack([n == 0 for n in ls]).any(0)
+    hidden = torch.stack([n > 0 for n in ls]).any(0) & empty & present
+    return dict(lengths) if bool(hidden.any()) else None
 
 
 _TRANSFORMER_FILE = torch.nn.modules.transformer.__file__
@@ -157,25 +168,36 @@ def _check_mask_examples(mask, dims):
             f"entries, not 3); an example cannot have rows of different lengths")
 
 
-def absent_examples(mask):
-    """The bool ``(B,)`` of examples that ``mask`` (or None: none) marks as
-    holding no value: no real entry at all (the result of a step those
-    examples do not have, such as ``x.unbind(1)[t]`` past their length).
-    An example of length 0 along a dynamic dimension is present (see
-    ``empty_sizes``)."""
+def absent_examples(x):
+    """The bool ``(B,)`` of examples of MaskedBatch ``x`` that hold no value
+    (the result of a step those examples do not have, such as
+    ``x.unbind(1)[t]`` past their length), or None when all hold one.
+
+    ``x._present`` says which examples hold a value; when it is None (no
+    example is empty), the mask does: an example with no real entry holds
+    none.  An example of length 0 along a dynamic dimension is present."""
+    if x._present is not None:
+        return ~x._present
+    mask = x._mask
     if mask is None:
         return None
     B = mask.size(0)
-    absent = ~mask.reshape(B, mask.shape[1:].numel()).any(1)
-    sizes = empty_sizes(mask)
-    return absent if sizes is None else absent & ~sizes[1]
+    return ~mask.reshape(B, mask.shape[1:].numel()).any(1)
+
+
+_NO_VALUE_WHY = (
+    "it was computed in a step those examples do not have (e.g. a loop over x.unbind(d), "
+    "x.unbind(d)[i] or sum(x.unbind(d)) outside @matchbox.batch, where the last step is not "
+    "every example's last), or MaskedBatch(data, mask, dims) was given a mask that marks "
+    "none of their entries real with only static dims (with a dynamic dim, such an example "
+    "is one of length 0, which holds a value)")
 
 
 def refuse_absent(x, what):
     """Raise when some example of MaskedBatch ``x`` holds no value: ``what``
     (a loss combined over examples, a backward pass) would silently leave it
     out, where the per-example code gives it a value."""
-    absent = absent_examples(x._mask)
+    absent = absent_examples(x)
     if absent is None:
         return
     if absent.device.type != "cpu" or torch.compiler.is_compiling():
@@ -186,18 +208,9 @@ def refuse_absent(x, what):
     if bool(absent.any()):
         raise ValueError(
             f"{what}: examples {absent.nonzero().flatten().tolist()} of this batch hold no "
-            f"value: it was computed in a step those examples do not have, so they would "
-            f"be left out silently (e.g. a loop over x.unbind(d), x.unbind(d)[-1] or "
-            f"sum(x.unbind(d)) outside @matchbox.batch, where the last step is not every "
-            f"example's last; or a mask given to MaskedBatch(...) that marks none of their "
-            f"entries real). Put the per-example loop under @matchbox.batch, or index per "
-            f"example: x[:, -1] is each example's own last step")
-
-
-def empty_sizes(mask):
-    """``(sizes, present)`` recorded on a mask whose examples include one of
-    length 0 along a dynamic dimension (see ``mark_sizes``), else None."""
-    return getattr(mask, "_mb_sizes", None)
+            f"value, so they would be left out silently: {_NO_VALUE_WHY}. Put the per-example "
+            f"loop under @matchbox.batch, or index per example: x[:, -1] is each example's "
+            f"own last step")
 
 
 class _CutDormant(torch.autograd.Function):
@@ -238,8 +251,16 @@ class MaskedBatch:
     # _bdim: where each example's batch-of-one dimension sits in the shape
     # the per-example code sees (0, another position, or None: it has none);
     # the storage is batch-first whatever it is (see ``storage_dim``)
+    # _present: None (the mask says which examples hold a value: those with
+    # a real entry), or a bool (B,) saying it, set where some example is
+    # empty (length 0 along a dynamic dim: a real example with no real
+    # entry); see ``absent_examples``.  Rules keep it (ops/_registry.py,
+    # ``keep_presence``), and a None one costs them nothing.
+    # _sizes: None, or {data dim: (B,) lengths} of the dynamic dims, where
+    # an example is empty along one and not along another (its mask cannot
+    # show that other size); read by ``_lengths``
     __slots__ = ("_data", "_cut", "_mask", "dims", "_bdim", "_zero_at", "_rows", "_listed",
-                 "_kept", "_update_of", "__weakref__")
+                 "_kept", "_update_of", "_present", "_sizes", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None, batch_dim=0):
         if not isinstance(data, torch.Tensor):
@@ -286,18 +307,26 @@ class MaskedBatch:
                 f"batch_dim must be None (the examples have no batch-of-one dimension) or a "
                 f"position 0..{n} in each example's shape, got {batch_dim!r}")
         self._data, self._cut, self._mask, self.dims = data, None, mask, dims
-        self._zero_at = self._rows = None
+        self._zero_at = self._rows = self._sizes = None
         self._bdim = batch_dim
+        # with a dynamic dim, an example whose mask marks no entry real is
+        # one of length 0 (present); with only static dims it holds no value
+        self._present = None
+        if mask is not None and any(dims) and mask.numel():
+            some = mask.reshape(mask.size(0), -1).any(1)
+            if not bool(some.all()):
+                self._present = torch.ones_like(some)
 
     @classmethod
-    def _new(cls, data, mask, dims, zero=False, bdim=0):
+    def _new(cls, data, mask, dims, zero=False, bdim=0, present=None, sizes=None):
         """Unchecked constructor used by op rules on their hot paths; ``zero``
         promises that ``data`` is 0 wherever ``mask`` is False; ``bdim`` is
-        the place of the batch-of-one dimension (see ``batch_dim``)."""
+        the place of the batch-of-one dimension (see ``batch_dim``);
+        ``present`` and ``sizes`` are ``_present`` and ``_sizes``."""
         self = object.__new__(cls)
         self._data, self._cut, self._mask, self.dims, self._rows = data, None, mask, dims, None
         self._zero_at = (data, data._version) if zero else None
-        self._bdim = bdim
+        self._bdim, self._present, self._sizes = bdim, present, sizes
         return self
 
     @property
@@ -316,7 +345,8 @@ class MaskedBatch:
         they compute there adds none.  The cut (a ``where`` against a
         detached copy) is made when the data is first used; rules that
         never read dormant lanes take ``uncut(x)`` and skip it."""
-        self = cls._new(x.padded_data, x._mask, x.dims, bdim=x._bdim)
+        self = cls._new(x.padded_data, x._mask, x.dims, bdim=x._bdim, present=x._present,
+                        sizes=x._sizes)
         self._cut = lanes
         return self
 
@@ -361,11 +391,12 @@ class MaskedBatch:
                 raise ValueError(
                     f"x.data = y: y holds {value.batch_size} examples, x holds {self.batch_size}")
             data, mask, dims = value.padded_data.detach(), value._mask, value.dims
-            bdim = value._bdim
+            bdim, present, sizes = value._bdim, value._present, value._sizes
         elif isinstance(value, torch.Tensor):
             one = example_to_storage(value, self._bdim, "x.data = t: the plain Tensor")
             data = one.detach().expand((self.batch_size,) + tuple(one.shape[1:]))
             mask, dims, bdim = None, (False,) * (one.dim() - 1), self._bdim
+            present = sizes = None
         else:
             raise TypeError(f"x.data = value needs a MaskedBatch or a Tensor, got {type(value).__name__}")
         if mask is not None and mask.device != data.device:
@@ -373,7 +404,7 @@ class MaskedBatch:
         old = self._data
         old.data = data.to(old.device) if data.device != old.device else data
         self._mask, self.dims, self._zero_at, self._rows = mask, dims, None, None
-        self._bdim = bdim
+        self._bdim, self._present, self._sizes = bdim, present, sizes
 
     @property
     def _zero(self):
@@ -425,9 +456,9 @@ class MaskedBatch:
         B = self._data.size(0)
         if self._mask is None or not self.dims[d - 1]:
             return torch.full((B,), self._data.size(d), dtype=torch.long, device=self._data.device)
-        sizes = empty_sizes(self._mask)
-        if sizes is not None and d in sizes[0]:
-            return sizes[0][d]
+        sizes = self._sizes
+        if sizes is not None and d in sizes:
+            return sizes[d]
         m = self._mask
         other = [i for i in range(1, m.dim()) if i != d]
         if other:
@@ -518,7 +549,8 @@ class MaskedBatch:
     @property
     def grad(self):
         g = self.padded_data.grad
-        return None if g is None else MaskedBatch._new(g, self._mask, self.dims, bdim=self._bdim)
+        return None if g is None else MaskedBatch._new(g, self._mask, self.dims, bdim=self._bdim,
+                                                       present=self._present, sizes=self._sizes)
 
     def dim(self):
         """The number of dimensions of one example (its batch-of-one
@@ -659,7 +691,13 @@ class MaskedBatch:
         mask = self._mask
         if mask is not None and mask.device != data.device:
             mask = mask.to(data.device)
-        return MaskedBatch._new(data, mask, self.dims, self._zero, self._bdim)
+        present = self._present
+        if present is not None and present.device != data.device:
+            present = present.to(data.device)
+        sizes = self._sizes
+        if sizes is not None and next(iter(sizes.values())).device != data.device:
+            sizes = {d: n.to(data.device) for d, n in sizes.items()}
+        return MaskedBatch._new(data, mask, self.dims, self._zero, self._bdim, present, sizes)
 
     def to(self, *args, **kwargs):
         return self._with_data(self.padded_data.to(*args, **kwargs))
@@ -760,23 +798,23 @@ class MaskedBatch:
         shape = data.shape
         lengths = {i + 1: sizes[:, i].to(data.device) for i, dyn in enumerate(dims)
                    if dyn and bool((sizes[:, i] != maxes[i]).any())}
+        present = empty_present(lengths)
         return cls._new(data, mask_from_lengths(lengths, shape, dims), dims, zero=True,
-                        bdim=batch_dim)
+                        bdim=batch_dim, present=present, sizes=empty_sizes(lengths, present))
 
     def examples(self):
         """The per-example Tensors, cut to size, in the shape the per-example
         code sees (the batch-of-one dimension where ``batch_dim`` says)."""
         dyn = [i + 1 for i, d in enumerate(self.dims) if d]
-        if self._mask is not None and not dyn:
-            missing = absent_examples(self._mask)
-            if bool(missing.any()):
-                raise ValueError(
-                    f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
-                    f"value: it was computed in a step those examples do not have (e.g. a "
-                    f"loop over x.unbind(d) or x.unbind(d)[i] outside @matchbox.batch, or a "
-                    f"mask given to MaskedBatch(...) that marks none of their entries real). "
-                    f"Put the per-example loop under @matchbox.batch, or index per example: "
-                    f"x[:, i] (negative i counts from each example's own end)")
+        # with dynamic dims and no example known to be empty, an example with
+        # no real entry reads as empty (a dormant lane's, kept for callers
+        # that read the other examples)
+        missing = absent_examples(self) if self._present is not None or not dyn else None
+        if missing is not None and bool(missing.any()):
+            raise ValueError(
+                f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
+                f"value: {_NO_VALUE_WHY}. Put the per-example loop under @matchbox.batch, or "
+                f"index per example: x[:, i] (negative i counts from each example's own end)")
         if self._mask is None or not dyn:
             return [storage_to_example(e, self._bdim) for e in self.padded_data.split(1, 0)]
         lengths = torch.stack([self._lengths(d) for d in dyn], 1).tolist()
@@ -832,10 +870,12 @@ class MaskedBatch:
         mask = mask_from_lengths(lens, data.shape, dims)
         if mask is None:
             return cls._new(data, None, dims, bdim=bdim)
+        present = empty_present(lens)
         # padding enters clean: whatever the padded Tensor held there (NaN,
         # inf) can never reach a value or a gradient, and rules that know the
         # padding is 0 skip their masking
-        return cls._new(data.masked_fill(~mask, 0), mask, dims, zero=True, bdim=bdim)
+        return cls._new(data.masked_fill(~mask, 0), mask, dims, zero=True, bdim=bdim,
+                        present=present, sizes=empty_sizes(lens, present))
 
     def key_padding_mask(self, dim=1):
         """The bool ``(B, n)`` mask of dimension ``dim`` in the convention of
@@ -895,16 +935,21 @@ class MaskedBatch:
     def __reduce__(self):
         # the mask and dims go in as state, unchecked: any batch an op made
         # (a step some examples lack, examples of length 0) loads back as it was
-        return (MaskedBatch, (self.padded_data,), (self._mask, self.dims, self._bdim))
+        return (MaskedBatch, (self.padded_data,),
+                (self._mask, self.dims, self._bdim, self._present, self._sizes))
 
     def __setstate__(self, state):
         self._mask, self.dims = state[:2]
         self._bdim = state[2] if len(state) > 2 else 0
+        self._present = state[3] if len(state) > 3 else None
+        self._sizes = state[4] if len(state) > 4 else None
 
     def __deepcopy__(self, memo):
         import copy
         return MaskedBatch._new(copy.deepcopy(self.padded_data, memo),
-                                copy.deepcopy(self._mask, memo), self.dims, bdim=self._bdim)
+                                copy.deepcopy(self._mask, memo), self.dims, bdim=self._bdim,
+                                present=copy.deepcopy(self._present, memo),
+                                sizes=copy.deepcopy(self._sizes, memo))
 
 
 def _lengths_from_kpm(kpm, data, dim):
@@ -976,6 +1021,7 @@ def relabel(x, bdim):
     y = object.__new__(MaskedBatch)
     y._data, y._cut, y._mask, y.dims = x._data, x._cut, x._mask, x.dims
     y._zero_at, y._rows, y._bdim = x._zero_at, x._rows, bdim
+    y._present, y._sizes = x._present, x._sizes
     return y
 
 
@@ -996,16 +1042,18 @@ def adopt(x, q, what):
     if p is not None:  # the old batch-of-one dim is now a plain size-1 dim
         t = p + 1 if p < q else p
         mask = None if y._mask is None else y._mask.unsqueeze(t)
+        sizes = None if y._sizes is None else {d + (d >= t): n for d, n in y._sizes.items()}
         y = MaskedBatch._new(y.padded_data.unsqueeze(t), mask, y.dims[:t - 1] + (False,) + y.dims[t - 1:],
-                             y._zero)
+                             y._zero, present=y._present, sizes=sizes)
     return relabel(y, q)
 
 
 def squeezed(x, s):
     """MaskedBatch ``x`` without its static size-1 storage dim ``s``."""
     mask = None if x._mask is None else x._mask.squeeze(s)
+    sizes = None if x._sizes is None else {d - (d > s): n for d, n in x._sizes.items()}
     return MaskedBatch._new(x.padded_data.squeeze(s), mask, x.dims[:s - 1] + x.dims[s:],
-                            x._zero, x._bdim)
+                            x._zero, x._bdim, x._present, sizes)
 
 
 # torch callable -> placement adapter: how the op moves the batch-of-one
@@ -1026,19 +1074,47 @@ def _placed(args):
     return False
 
 
+def _flagged(args):
+    """Whether an operand needs the slow path of ``dispatch``: its
+    batch-of-one dimension is not at 0, or some example is empty."""
+    for a in args:
+        t = type(a)
+        if t is MaskedBatch:
+            if a._bdim != 0 or a._present is not None:
+                return True
+        elif t is list or t is tuple:
+            for b in a:
+                if type(b) is MaskedBatch and (b._bdim != 0 or b._present is not None):
+                    return True
+    return False
+
+
 def dispatch(func, rule, args, kwargs):
     """Call ``rule``, the rule for torch callable ``func``.  Rules are
     written for examples whose batch-of-one dimension is at 0; operands
     whose batch-of-one dimension sits elsewhere (or nowhere), and ops that
-    move it, go through the op's placement adapter (ops/placement.py)."""
+    move it, go through the op's placement adapter (ops/placement.py).
+    Where an operand has an empty example, its results say which examples
+    hold a value (``keep_presence`` in ops/_registry.py)."""
     place = PLACEMENTS.get(func)
-    if place is not None:
-        if place.always or _placed(args) or (kwargs and _placed(kwargs.values())):
-            return place(func, rule, args, kwargs)
-    elif _placed(args) or (kwargs and _placed(kwargs.values())):
+    if _flagged(args) or (kwargs and _flagged(kwargs.values())):
+        return _dispatch_flagged(func, place, rule, args, kwargs)
+    if place is not None and place.always:
+        return place(func, rule, args, kwargs)
+    return rule(*args, **kwargs)
+
+
+def _dispatch_flagged(func, place, rule, args, kwargs):
+    placed = _placed(args) or (kwargs and _placed(kwargs.values()))
+    if place is not None and (place.always or placed):
+        out = place(func, rule, args, kwargs)
+    elif placed:
         from .ops.placement import unplaced
         raise unplaced(func, args)
-    return rule(*args, **kwargs)
+    else:
+        out = rule(*args, **kwargs)
+    from .ops._registry import keep_presence
+    return keep_presence(out, args, kwargs, func)
 
 
 def real_mask(x):
@@ -1081,6 +1157,9 @@ class _TensorFields:
 
 MaskedBatch.__dataclass_fields__ = _TensorFields.__dataclass_fields__
 torch.utils._pytree.register_pytree_node(
-    MaskedBatch, lambda x: ([x.padded_data, x._mask], (x.dims, x._bdim)),
-    lambda leaves, ctx: MaskedBatch._new(leaves[0], leaves[1], ctx[0], bdim=ctx[1]),
+    MaskedBatch,
+    lambda x: ([x.padded_data, x._mask] + ([] if x._present is None else [x._present]),
+               (x.dims, x._bdim)),
+    lambda leaves, ctx: MaskedBatch._new(leaves[0], leaves[1], ctx[0], bdim=ctx[1],
+                                         present=leaves[2] if len(leaves) > 2 else None),
     serialized_type_name="matchbox.MaskedBatch")

@@ -15,13 +15,15 @@ once at import time and never mutated afterwards.
 import torch
 
 from .._lanes import batch_size_hint
-from ..core import RULES, MaskedBatch, dispatch, real_mask, uncut, with_lanes
+from ..core import (RULES, MaskedBatch, dispatch, empty_present, empty_sizes, real_mask, uncut,
+                    with_lanes)
 
 __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
     "tensor_methods", "register_distinct", "canon_mask", "keep", "on_real_rows", "gathers_rows",
-    "scatter_rows", "true_rows", "uncut", "fail_if", "with_lanes",
+    "scatter_rows", "true_rows", "uncut", "fail_if", "with_lanes", "presence", "keep_presence",
+    "lengths_presence",
 ]
 
 _INSTALLED = set()
@@ -393,3 +395,117 @@ def canon_mask(mask, shape, dims):
         if want[i] == 1 and mask.size(i) != 1:
             mask = mask.any(i, keepdim=True)
     return mask.expand(want)
+
+
+# ---------------------------------------------------------------- presence
+# Which examples hold a value (``MaskedBatch._present``; see
+# core.absent_examples).  It matters only where some example is empty
+# (length 0 along a dynamic dim: no real entry, yet a real example), and
+# only then is it set; dispatch calls ``keep_presence`` for the results of
+# an op with such an operand, so no rule pays for it otherwise.
+def _lanes_real(x):
+    """Bool ``(B,)``: lanes of ``x`` with a real entry; None for all."""
+    m = x._mask
+    if m is None:
+        return None
+    return m.reshape(m.size(0), m.shape[1:].numel()).any(1)
+
+
+def presence(x):
+    """Bool ``(B,)``: the examples of ``x`` that hold a value (one of length
+    0 included); None when every example does."""
+    p = x._present
+    return _lanes_real(x) if p is None else p
+
+
+def _and(a, b):
+    return b if a is None else a if b is None else a & b
+
+
+def _or(a, b):
+    return b if a is None else a if b is None else a | b
+
+
+def _operands(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if type(a) is MaskedBatch:
+            yield a
+        elif type(a) is list or type(a) is tuple:
+            for b in a:
+                if type(b) is MaskedBatch:
+                    yield b
+
+
+def _results(out):
+    if type(out) is MaskedBatch:
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for o in out:
+            yield from _results(o)
+
+
+def keep_presence(out, args, kwargs, func):
+    """``out``, the results of ``func`` on ``args``, saying which examples
+    hold a value where an operand has an empty example: a result is present
+    where all its operands are.  A rule that knows better sets ``_present``
+    itself (unbind: a step an example lacks; reductions over the empty
+    dim: a real value).  Otherwise, per result:
+
+    - with only static dims, an example whose entries are not real holds no
+      value (a rule that gives an empty example a value, as a sum gives 0,
+      says so itself);
+    - with dynamic dims, an example empty in an operand stays empty.  When
+      another operand is not empty there (``q @ k.mT`` with no keys), the
+      result's other sizes are unknown; with several dynamic dims that
+      raises rather than guess."""
+    ops = [a for a in _operands(args, kwargs)]
+    if not any(a._present is not None for a in ops):
+        return out
+    B = ops[0]._data.size(0)
+    p = empty = full = None
+    for a in ops:
+        if a._data.size(0) != B:
+            return out
+        real = _lanes_real(a)
+        p = _and(p, presence(a))
+        if a._present is not None:
+            empty = _or(empty, a._present if real is None else a._present & ~real)
+        if any(a.dims):
+            full = _or(full, real)
+            if a._sizes is not None:
+                full = _or(full, torch.stack([n > 0 for n in a._sizes.values()]).any(0))
+    ids = {id(a) for a in ops}
+    for r in _results(out):
+        if id(r) in ids or r._present is not None or r._data.size(0) != B:
+            continue
+        real = _lanes_real(r)
+        if not any(r.dims):
+            r._present = _and(p, real)
+            continue
+        r._present = _and(p, _or(real, empty))
+        src = next((a for a in ops if a._sizes is not None and a._mask is r._mask
+                    and a.dims == r.dims), None)
+        if src is not None:
+            r._sizes = src._sizes
+        elif sum(r.dims) > 1 and empty is not None and full is not None:
+            lost = empty & full if real is None else empty & full & ~real
+            fail_if(lost, lambda k: NotImplementedError(
+                f"{func_name(func)}: example {k[0]} is empty (length 0) along a dynamic "
+                f"dimension of one operand but not along another dynamic dimension, and matchbox "
+                f"cannot tell the sizes of its result, which has several dynamic dimensions. "
+                f"Guard the empty examples with a per-example `if` under @matchbox.batch, or "
+                f"leave them out of the batch"),
+                f"{func_name(func)}: an empty example's result sizes are unknown")
+    return out
+
+
+def lengths_presence(lengths, x=None):
+    """``(present, sizes)`` (``_present``, ``_sizes``) for a result of ``x``
+    whose mask a rule makes from per-example ``lengths`` (data dim ->
+    ``(B,)``; see core.mask_from_lengths): None unless an example has
+    length 0 (``x[:, 1:]`` of a length-1 example, ``diff``), which is
+    present where ``x`` is."""
+    present = empty_present(lengths)
+    if present is not None and x is not None:
+        present = _and(present, presence(x))
+    return present, empty_sizes(lengths, present)

@@ -28,7 +28,8 @@ entries of active lanes.
 import torch
 
 from ..core import mask_from_lengths, squeezed
-from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb, new,
+from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb,
+                        lengths_presence, new,
                         norm_dim, real_mask, register_distinct, with_lanes)
 from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
 
@@ -178,7 +179,13 @@ def _slice(x, p, s, op):
     prefix = torch.arange(K, device=length.device) < count[:, None]
     prefix = prefix.view([length.size(0)] + [1] * (p - 1) + [K] + [1] * (x.padded_data.dim() - p - 1))
     mask = prefix & x._mask.any(p, keepdim=True)
-    return new(data, canon_mask(mask, data.shape, x.dims), x.dims)
+    present = sizes = None
+    if x._present is not None or s.start not in (None, 0) or s.stop is not None and int(s.stop) <= 0:
+        # an example left with no entries (x[:, 1:] of a length-1 one) is present
+        lengths = {i: count if i == p else x._lengths(i)
+                   for i in range(1, data.dim()) if x.dims[i - 1]}
+        present, sizes = lengths_presence(lengths, x)
+    return new(data, canon_mask(mask, data.shape, x.dims), x.dims, present=present, sizes=sizes)
 
 
 # ------------------------------------------------------------------ x[...]
@@ -587,7 +594,9 @@ def nonzero(input, *, out=None, as_tuple=False):
     pos = torch.arange(rows.size(0), device=rows.device) - (counts.cumsum(0) - counts)[rows[:, 0]]
     data = rows.new_zeros(B, N, n)
     data[rows[:, 0], pos] = torch.cat([torch.zeros_like(rows[:, :1]), rows[:, 1:]], 1)
+    present, _ = lengths_presence({1: counts}, x)  # no non-zero entry: present, (0, ndim)
     if as_tuple:
         mask = mask_from_lengths({1: counts}, (B, N), (True,))
-        return tuple(new(data[..., i], mask, (True,), bdim=None) for i in range(n))
-    return new(data, mask_from_lengths({1: counts}, data.shape, (True, False)), (True, False), bdim=None)
+        return tuple(new(data[..., i], mask, (True,), bdim=None, present=present) for i in range(n))
+    return new(data, mask_from_lengths({1: counts}, data.shape, (True, False)), (True, False), bdim=None,
+               present=present)

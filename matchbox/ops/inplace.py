@@ -95,11 +95,14 @@ def _no_absent_operands(x, operands, lanes, op):
     a loss would refuse it; in place x would keep a value made of padding."""
     mine = None
     for a in operands:
-        if not is_mb(a) or a._mask is None or a._mask is x._mask:
+        if not is_mb(a) or a._mask is None and a._present is None \
+                or a._mask is x._mask and a._present is x._present:
             continue
-        gone = absent_examples(a._mask)
+        gone = absent_examples(a)
+        if gone is None:
+            continue
         if mine is None:
-            mine = absent_examples(x._mask)
+            mine = absent_examples(x)
         if mine is not None:
             gone = gone & ~mine
         if lanes is not None:

@@ -40,7 +40,7 @@ from torch.nn import _reduction as _Reduction
 from .._lanes import active_lanes, batch_size_hint
 from ..core import refuse_absent
 from . import _registry
-from ._registry import (align, canon_mask, fail_if, is_mb, keep, new, register,
+from ._registry import (align, canon_mask, fail_if, is_mb, keep, new, presence, register,
                         scatter_rows, true_rows, with_lanes)
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
@@ -66,7 +66,21 @@ def _no_mb(opname, **kwargs):
                 f"{opname}: a MaskedBatch as {name} is not supported (give a plain Tensor)")
 
 
-def _per_example(loss, real, pos, reduction, denom=None):
+def _presence(*operands):
+    """Bool ``(B,)``: the examples that hold a value in every MaskedBatch
+    operand, where one has an example of length 0 (else None: the masks
+    say it; see core.absent_examples)."""
+    mbs = [o for o in operands if is_mb(o)]
+    if not any(o._present is not None for o in mbs):
+        return None
+    p = None
+    for o in mbs:
+        q = presence(o)
+        p = q if p is None else p if q is None else p & q
+    return p
+
+
+def _per_example(loss, real, pos, reduction, denom=None, present=None):
     """One value per example from the unreduced ``loss`` ``(B, ...)``, which
     must be 0 at every non-real entry: the example's sum (``'sum'``), or that
     sum over ``denom`` (``(B,)``; by default the example's count of real
@@ -74,10 +88,15 @@ def _per_example(loss, real, pos, reduction, denom=None):
     (None: all); ``pos``: the real positions without lanes, which give the
     result's mask as for a full reduction.  An example with no real entry
     (a dormant lane, a loop step it lacks) divides by 1, so neither its value
-    nor the gradient that reaches it is 0/0."""
+    nor the gradient that reaches it is 0/0.  ``present`` (see ``_presence``):
+    the examples that hold a value, where one is empty (length 0): its sum
+    is 0 and its mean NaN, as torch's loss of an empty tensor."""
     B = loss.size(0)
     total = loss.reshape(B, loss.shape[1:].numel()).sum(1)
     mask = None if pos is None else pos.expand(loss.shape).reshape(B, loss.shape[1:].numel()).any(1)
+    if present is not None:
+        empty = present if mask is None else present & ~mask
+        mask = present
     if reduction == "sum":
         return new(total, mask, ())
     r = None if real is None else real.expand(loss.shape).reshape(B, loss.shape[1:].numel())
@@ -85,7 +104,11 @@ def _per_example(loss, real, pos, reduction, denom=None):
         denom = loss[0].numel() if r is None else r.sum(1).to(total.dtype)
     if r is not None:
         denom = torch.where(r.any(1), denom, torch.ones((), dtype=total.dtype, device=total.device))
-    return new(total / denom, mask, ())
+    mean = total / denom
+    if present is not None:
+        mean = torch.where(empty, torch.full((), float("nan"), dtype=mean.dtype, device=mean.device),
+                           mean)
+    return new(mean, mask, ())
 
 
 def _class_weights(td, real, weight, ignore_index, dtype):
@@ -193,7 +216,8 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
             return new(loss, canon_mask(pos, loss.shape, out_dims), out_dims)
         if real is not None:
             loss = keep(real, loss, 0)
-        return _per_example(loss, real, pos, reduction)  # 'mean': over positions
+        return _per_example(loss, real, pos, reduction,  # 'mean': over positions
+                            present=_presence(input, target))
 
     if t.padded_data.dim() != x.padded_data.dim() - 1:
         raise ValueError(
@@ -209,18 +233,20 @@ def _class_loss(opname, fn, input, target, weight, ignore_index, reduction, **ex
     xd, td = x.padded_data, t.padded_data
     if real is not None and _registry.gathers_rows(xd):
         return _on_real_positions(fn, xd, td, real, pos, out_dims, reduction,
-                                  weight=weight, ignore_index=ignore_index, **extra)
+                                  _presence(input, target), weight=weight,
+                                  ignore_index=ignore_index, **extra)
     if real is not None:
         if not (x.mb is not None and x.mb._zero and active_lanes() is None):
             xd = keep(real.unsqueeze(1), xd, 0)  # (else its padding is 0 already)
         td = torch.where(real, td, torch.full((), ignore_index, dtype=td.dtype, device=td.device))
     out = fn(xd, td, weight, ignore_index=ignore_index, reduction="none", **extra)
     if reduction != "none":
-        return _class_reduce(out, td, real, pos, reduction, weight, ignore_index)
+        return _class_reduce(out, td, real, pos, reduction, weight, ignore_index,
+                             _presence(input, target))
     return new(out, canon_mask(pos, out.shape, out_dims), out_dims)
 
 
-def _class_reduce(loss, td, real, pos, reduction, weight, ignore_index):
+def _class_reduce(loss, td, real, pos, reduction, weight, ignore_index, present=None):
     """Per-example ``'sum'``/``'mean'`` of the unreduced class-index
     ``loss`` (0 at ignored and non-real positions): torch's ``'mean'``
     divides the sum by the summed weights of the non-ignored targets."""
@@ -228,10 +254,10 @@ def _class_reduce(loss, td, real, pos, reduction, weight, ignore_index):
     if reduction == "mean":
         w = _class_weights(td, real, weight, ignore_index, loss.dtype)
         denom = w.reshape(w.size(0), -1).sum(1)
-    return _per_example(loss, real, pos, reduction, denom)
+    return _per_example(loss, real, pos, reduction, denom, present)
 
 
-def _on_real_positions(fn, xd, td, real, pos, out_dims, reduction, **kwargs):
+def _on_real_positions(fn, xd, td, real, pos, out_dims, reduction, present, **kwargs):
     """The class loss ``fn`` on the real positions only: their class vectors
     (the input's dim 1) gathered into ``(n, C)`` rows, their targets into
     ``(n,)``.  Padding is never read (so never costs compute and gets zero
@@ -245,7 +271,7 @@ def _on_real_positions(fn, xd, td, real, pos, out_dims, reduction, **kwargs):
     out = scatter_rows(out, rows, td.numel()).view(td.shape)
     if reduction != "none":
         return _class_reduce(out, td, real, pos, reduction, kwargs.get("weight"),
-                             kwargs["ignore_index"])
+                             kwargs["ignore_index"], present)
     return new(out, canon_mask(pos, out.shape, out_dims), out_dims)
 
 
@@ -316,7 +342,7 @@ def _elementwise(opname, fn, operands, reduction, safe=(0.0, 0.0), weighted_mean
         if real is not None:
             w = torch.where(real, w, torch.zeros((), dtype=w.dtype, device=w.device))
         denom = w.reshape(shape[0], -1).sum(1)
-    return _per_example(loss, real, mask, reduction, denom)
+    return _per_example(loss, real, mask, reduction, denom, _presence(*ops))
 
 
 def _check_weight_like_input(opname, input, weight):

@@ -13,8 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..core import empty_sizes, mask_from_lengths
-from ._registry import is_mb, new, norm_dim, real_mask, register, register_distinct
+from ..core import mask_from_lengths
+from ._registry import is_mb, lengths_presence, new, norm_dim, real_mask, register, register_distinct
 
 T = torch.Tensor
 _INF = float("inf")
@@ -53,13 +53,14 @@ class _Reduction:
         except ValueError as e:
             raise ValueError(f"{op}: {e}") from None
         self.ds = ds
-        # examples of length 0 along a reduced dim: present, with torch's
-        # answer for an empty tensor (see core.mark_sizes)
-        self.sizes, self.empty = empty_sizes(x._mask), None
-        if self.sizes is not None:
-            zero = [self.sizes[0][d] == 0 for d in ds if d in self.sizes[0]]
+        # examples of length 0 along a reduced dim (only where some example
+        # is empty: x._present is set): present, with torch's answer for an
+        # empty tensor, and every other dim keeps its size
+        self.empty = None
+        if x._present is not None:
+            zero = [x._lengths(d) == 0 for d in ds if x.dims[d - 1]]
             if zero:
-                self.empty = torch.stack(zero).any(0)
+                self.empty = torch.stack(zero).any(0) & x._present
         m = real_mask(x)
         self.masked = m is not None and any(x.dims[d - 1] for d in ds)
         data = x.padded_data
@@ -98,21 +99,29 @@ class _Reduction:
             dims = tuple(False if i + 1 in self.ds else d for i, d in enumerate(x.dims))
         else:
             dims = tuple(d for i, d in enumerate(x.dims) if i + 1 not in self.ds)
-        if self.sizes is not None and self.ds:
-            mask = self._kept_sizes(out, dims)
+        if self.empty is not None:
+            return self._kept_sizes(out, dims)
         return new(out, mask, dims)
 
     def _kept_sizes(self, out, dims):
-        """The result's mask from the recorded sizes of the kept dynamic
-        dims: every example stays present, an empty one included."""
+        """The result where an example is empty along a reduced dim: its
+        mask from the sizes of the kept dynamic dims (an example empty
+        along a reduced dim has a value, an empty one along a kept dim
+        stays empty), in the examples that hold a value."""
+        x = self.x
         lengths, new_d = {}, 0
-        for i in range(1, self.x.padded_data.dim()):
+        for i in range(1, x.padded_data.dim()):
             if i in self.ds and not self.user_keepdim:
                 continue
             new_d += 1
-            if i in self.sizes[0] and i not in self.ds:
-                lengths[new_d] = self.sizes[0][i]
-        return mask_from_lengths(lengths, out.shape, dims)
+            if x.dims[i - 1] and i not in self.ds:
+                lengths[new_d] = x._lengths(i)
+        present = x._present
+        mask = mask_from_lengths(lengths, out.shape, dims)
+        lanes = present.view((-1,) + (1,) * (out.dim() - 1))
+        mask = lanes.expand((out.size(0),) + (1,) * (out.dim() - 1)) if mask is None else mask & lanes
+        keep, sizes = lengths_presence(lengths, x)
+        return new(out, mask, dims, present=keep, sizes=sizes)
 
     def refuse_empty(self):
         """torch raises for max/min/argmax of an empty tensor: so do we,

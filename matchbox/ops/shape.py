@@ -43,17 +43,18 @@ dynamic dimension):
 - repeat_interleave by an int repeats data and mask alike (a real prefix
   stays a prefix); diagonal of dynamic dims is a prefix of the padded
   diagonal.  An example left with no entries (diff of a length-1 example)
-  is recorded as present (see ``core.mark_sizes``).
+  is present (see ``_registry.lengths_presence``).
 """
 import functools
 import operator
 
 import torch
 
-from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, neutralize, new, norm_dim,
-                        prefix_mask, real_mask, register_distinct)
+from .. import _lanes
+from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, lengths_presence, neutralize, new,
+                        norm_dim, prefix_mask, real_mask, register_distinct)
 from .helpers import helper
-from ..core import MaskedBatch, absent_examples, mark_sizes, relabel, storage_dim
+from ..core import MaskedBatch, relabel, storage_dim
 
 T = torch.Tensor
 
@@ -63,8 +64,13 @@ __all__ = ["stack", "cat", "split_dim", "join_dims", "compact", "gather_line",
 
 # ------------------------------------------------------------------ shared helpers
 def lanes_present(x, active=True):
-    """Bool ``(B,)``: lanes of ``x`` that hold some real entry (and, with
-    ``active``, are active lanes); None when that is every lane."""
+    """Bool ``(B,)``: lanes of ``x`` that hold a value (some real entry, or
+    an example of length 0) and, with ``active``, are active lanes; None
+    when that is every lane."""
+    p = x._present
+    if p is not None:
+        lanes = _lanes.active_lanes() if active else None
+        return p if lanes is None else p & lanes
     m = real_mask(x) if active else x._mask
     if m is None:
         return None
@@ -670,7 +676,12 @@ def unbind(x, dim=0):
     if not x.dims[d - 1]:
         m = x._mask.squeeze(d)
         return tuple(new(t, m, dims) for t in datas)
-    return Steps([new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d))]).of(x, d)
+    steps = [new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d))]
+    if x._present is not None:  # step i exists where an example is longer than i
+        lens = x._lengths(d)
+        for i, step in enumerate(steps):
+            step._present = x._present & (lens > i)
+    return Steps(steps).of(x, d)
 
 
 class Steps(tuple):
@@ -706,7 +717,12 @@ def split(x, split_size_or_sections, dim=0):
                 f"split: dimension {d} is dynamic, so a list of section sizes cannot add up to "
                 f"every example's size; split by an int size or split a static dim")
         mask = _full_mask(x, d)
-        return tuple(new(t, m, x.dims) for t, m in zip(x.padded_data.split(s, d), mask.split(s, d)))
+        pieces = tuple(new(t, m, x.dims) for t, m in zip(x.padded_data.split(s, d), mask.split(s, d)))
+        if x._present is not None:  # piece i exists where an example is longer than i * s
+            lens = x._lengths(d)
+            for i, piece in enumerate(pieces):
+                piece._present = x._present & (lens > i * s)
+        return pieces
     return tuple(new(t, x._mask, x.dims) for t in x.padded_data.split(s, d))
 
 
@@ -799,18 +815,13 @@ register_distinct(torch.cummin, T.cummin)(_cumulative_pair(torch.cummin))
 
 
 # ------------------------------------------------------------------ roll / tile / repeat_interleave / diff / diagonal
-def _with_sizes(mask, x, lengths):
-    """``mask`` (a new mask for a result of ``x``) recording the per-example
-    ``lengths`` of its dynamic dims (data dim -> ``(B,)``) when one is 0, so
-    an example left with no entries reads as present, as torch's empty
-    result (see ``core.mark_sizes``)."""
-    if mask is None or not any(bool((n == 0).any()) for n in lengths.values()):
-        return mask
-    absent = absent_examples(x._mask)
-    present = torch.ones(mask.size(0), dtype=torch.bool, device=mask.device)
-    mask = mark_sizes(mask, lengths)
-    mask._mb_sizes = (mask._mb_sizes[0], present if absent is None else ~absent)
-    return mask
+def _with_lengths(data, mask, dims, x, lengths):
+    """A result of ``x`` whose mask a rule made from the per-example
+    ``lengths`` of its dynamic dims (data dim -> ``(B,)``): an example left
+    with no entries is present, as torch's empty result (see
+    ``_registry.lengths_presence``)."""
+    present, sizes = (None, None) if mask is None else lengths_presence(lengths, x)
+    return new(data, mask, dims, present=present, sizes=sizes)
 
 
 @register_distinct(torch.roll, T.roll)
@@ -892,7 +903,7 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
     mask = valid.view(view) if x._mask is None else x._mask.any(d, keepdim=True) & valid.view(view)
     dims = x.dims[:d - 1] + (True,) + x.dims[d:]
     lengths = {i: x._lengths(i) for i in range(1, data.dim()) if dims[i - 1] and i != d}
-    return new(data, _with_sizes(canon_mask(mask, data.shape, dims), x, {**lengths, d: size}), dims)
+    return _with_lengths(data, canon_mask(mask, data.shape, dims), dims, x, {**lengths, d: size})
 
 
 def _diff1(x, d):
@@ -908,7 +919,7 @@ def _diff1(x, d):
     out = torch.where(mask, out, torch.zeros((), dtype=out.dtype, device=out.device))
     lengths = {i: x._lengths(i) for i in range(1, data.dim()) if x.dims[i - 1]}
     lengths[d] = (lengths[d] - 1).clamp_min(0)
-    return new(out, _with_sizes(mask, x, lengths), x.dims)
+    return _with_lengths(out, mask, x.dims, x, lengths)
 
 
 @register_distinct(torch.diff, T.diff)
@@ -951,5 +962,5 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
         [size.size(0)] + [1] * (data.dim() - 2) + [data.size(-1)])
     others = [i for i in range(1, x.padded_data.dim()) if i not in (d1, d2)]
     lengths = {k: x._lengths(i) for k, i in enumerate(others, 1) if dims[k - 1]}
-    return new(data, _with_sizes(canon_mask(mask, data.shape, dims), x, {**lengths, data.dim() - 1: size}),
-               dims)
+    return _with_lengths(data, canon_mask(mask, data.shape, dims), dims, x,
+                         {**lengths, data.dim() - 1: size})

@@ -9,7 +9,7 @@ def poison(x, value=float("nan")):
     that forgets to neutralize padding fails its test."""
     if isinstance(x, MaskedBatch) and x._mask is not None:
         return MaskedBatch._new(torch.where(x._mask, x.padded_data, value), x._mask, x.dims,
-                                bdim=x.batch_dim)
+                                bdim=x.batch_dim, present=x._present, sizes=x._sizes)
     return x
 
 

@@ -270,7 +270,9 @@ def test_cat_length_mismatch_error():
 
 def test_cat_dormant_lane_is_not_checked():
     x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (1, 3)], (True, False))
-    y = MaskedBatch(x.padded_data.clone(), x.mask & torch.tensor([True, False]).view(2, 1, 1), (True, False))
+    # lane 1 holds no value (MaskedBatch(...) would read it as a length-0 example)
+    y = MaskedBatch._new(x.padded_data.clone(), x.mask & torch.tensor([True, False]).view(2, 1, 1),
+                         (True, False))
     out = torch.cat([x, y], 2)
     assert torch.equal(out.examples()[0], torch.cat([x.examples()[0]] * 2, 2))
     with lanes(torch.tensor([True, False])):

@@ -84,7 +84,14 @@ class Compaction:
         mask = x._mask
         if mask is not None and mask.size(0) == self.B:
             mask = mask.index_select(0, self.rows)
-        return _new(x.padded_data.index_select(0, self.rows), mask, x.dims, x._zero, x._bdim)
+        present = x._present
+        if present is not None:
+            present = present.index_select(0, self.rows)
+        sizes = x._sizes
+        if sizes is not None:
+            sizes = {d: n.index_select(0, self.rows) for d, n in sizes.items()}
+        return _new(x.padded_data.index_select(0, self.rows), mask, x.dims, x._zero, x._bdim,
+                    present, sizes)
 
     def take(self, x):
         """``x`` as this iteration reads it: the live rows of a full-batch
@@ -112,7 +119,14 @@ class Compaction:
         mask = x._mask
         if mask is not None:
             mask = scatter_rows(mask.expand((self.n,) + mask.shape[1:]), self.rows, self.B)
-        return _new(scatter_rows(x.padded_data, self.rows, self.B), mask, x.dims, x._zero, x._bdim)
+        present = x._present
+        if present is not None:
+            present = scatter_rows(present, self.rows, self.B)
+        sizes = x._sizes
+        if sizes is not None:
+            sizes = {d: scatter_rows(n, self.rows, self.B) for d, n in sizes.items()}
+        return _new(scatter_rows(x.padded_data, self.rows, self.B), mask, x.dims, x._zero, x._bdim,
+                    present, sizes)
 
     def lanes(self, lanes):
         """Full-batch lanes for the live lanes' ``lanes`` (None: all live)."""

@@ -122,7 +122,8 @@ def _select(lanes, a, b):
         if _update_of(a, b, lanes):
             return a
         return _new(torch.where(_lane_view(lanes, a.padded_data.dim()), a.padded_data,
-                                b.padded_data), a._mask, a.dims, bdim=a._bdim)
+                                b.padded_data), a._mask, a.dims, bdim=a._bdim,
+                    present=_present(lanes, a, b), sizes=a._sizes if a._sizes is b._sizes else None)
     if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
             and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):
         return type(a)(select(lanes, x, y) for x, y in zip(a, b))
@@ -176,7 +177,21 @@ def _select(lanes, a, b):
         da, db = _pad_data(da, db), _pad_data(db, da)
         mask = torch.where(_lane_view(lanes, ma2.dim()), ma2, mb2)
     data = torch.where(_lane_view(lanes, da.dim()), da, db)
-    return _new(data, mask, tuple(dims), bdim=pa)
+    return _new(data, mask, tuple(dims), bdim=pa, present=_present(lanes, a, b))
+
+
+def _present(lanes, a, b):
+    """``_present`` of the per-lane selection of ``a`` and ``b``: None
+    unless one has an empty example (see core.absent_examples)."""
+    pa = a._present if isinstance(a, MaskedBatch) else None
+    pb = b._present if isinstance(b, MaskedBatch) else None
+    if pa is None and pb is None:
+        return None
+    from ...ops._registry import presence
+    ones = torch.ones_like(lanes)
+    qa = presence(a) if isinstance(a, MaskedBatch) else None
+    qb = presence(b) if isinstance(b, MaskedBatch) else None
+    return torch.where(lanes, ones if qa is None else qa, ones if qb is None else qb)
 
 
 def _pad_data(x, other):
