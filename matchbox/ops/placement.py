@@ -259,6 +259,10 @@ class Dims(_Adapter):
         x = args[0]
         op = func
         p = x._bdim
+        if p == 0 and self.reduce and "other" not in kwargs:  # the common case: x.sum(1)
+            d, _ = self.arg(rule, args, kwargs, self.params[0])
+            if type(d) is int or type(d) is tuple:
+                return rule(*args, **kwargs)
         named, all_dims = [], True
         if self.options.get("varargs"):  # flip(x, 0, 1) as well as flip(x, (0, 1))
             dims = args[1:] if len(args) != 2 else args[1]
