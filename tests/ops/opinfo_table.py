@@ -1,0 +1,663 @@
+"""Run matchbox's rules over PyTorch's own op database (issue 20 item 8).
+
+``torch.testing._internal.common_methods_invocations.op_db`` lists, for
+every torch op, sample inputs that PyTorch's own tests use.  functorch
+tests ``vmap`` over it: each sample's input becomes one example, and a
+batch of them must give what a loop over them gives.  This module does the
+same for matchbox:
+
+- an op with a rule (``matchbox.core.RULES``) runs on B examples made from
+  each of a few samples, on static dims and, where the op's other arguments
+  allow, with one dim varying in size between the examples (a dynamic dim);
+  ``mb_test`` compares values and gradients with the per-example loop;
+- an op without a rule must raise ``NotImplementedError`` naming it.
+
+Two ways to make examples from a sample (both the per-example loop and the
+batch see exactly the same examples, so either is a fair check):
+
+- ``vmap`` (the default): each example is the sample's input itself, with
+  its values permuted (so examples differ but stay in the op's domain), and
+  no batch-of-one dimension (``batch_dim=None``, the ``torch.func.vmap``
+  convention); tensor arguments are per-example too (or, if the op refuses
+  that, shared);
+- ``rows``: for ops that have no rule for values without a batch-of-one
+  dimension yet (convolutions, ``mm``...), each example is one row
+  ``x[i:i+1]`` of the sample's input (matchbox's default layout); tensor
+  arguments with as many rows are split the same way, others are shared.
+
+``python -m tests.ops.opinfo_table > docs/opinfo.md`` runs every case and
+writes the coverage page; ``tests/ops/test_opinfo.py`` runs the same cases
+as tests.
+"""
+import contextlib
+import io
+import os
+import re
+import sys
+import traceback
+import warnings
+
+import torch
+from torch.utils import _pytree as pytree
+
+import matchbox
+from matchbox.core import RULES, MaskedBatch
+from matchbox.test_utils import mb_test
+
+B = 3                # examples per batch
+MAX_SAMPLES = 2      # samples tried per op
+MAX_NUMEL = 400      # larger samples are passed over
+MAX_VARIED = 3       # dims varied per sample (the last ones)
+MATCHBOX_DIR = os.path.dirname(os.path.abspath(matchbox.__file__))
+
+# --------------------------------------------------------------------- tables
+# OpInfo entries run per sample, but a sample is not per-example meaningful
+# for these; each is skipped with the reason given.
+SKIP = {
+    "nn.functional.batch_norm": "training-mode batch norm normalizes over the whole batch "
+                                "(SPEC section 3) and updates running stats in place: it has "
+                                "no per-example meaning to compare with",
+    "nn.functional.batch_norm.without_cudnn": "as nn.functional.batch_norm",
+    "nn.functional.instance_norm": "its running-stat kwargs are updated in place, once per "
+                                   "call: a per-example loop updates them B times",
+    "empty_like": "its values are uninitialised",
+    "new_empty": "its values are uninitialised",
+    "bmm.triton_optimized": "a CUDA-only variant of bmm",
+    "addmm.decomposed": "the same callable as addmm",
+    "nn.functional.silu.complex": "complex inputs only",
+    "jiterator_unary": "CUDA only", "jiterator_binary": "CUDA only",
+    "jiterator_4inputs_with_extra_args": "CUDA only",
+    "jiterator_binary_return_by_ref": "CUDA only", "jiterator_2inputs_2outputs": "CUDA only",
+    # random: a batch draws other numbers than a loop over examples
+    "rand_like": "random values", "randn_like": "random values",
+    "randint_like": "random values", "nn.functional.dropout": "random values",
+    "nn.functional.alpha_dropout": "random values",
+    "nn.functional.rrelu": "random values (its samples train)",
+    "multinomial": "random values", "bernoulli": "random values",
+}
+
+# Known rule bugs this test found and that are not fixed yet: case id ->
+# the bug.  A listed case is expected to fail; one that passes is reported.
+XFAIL = {
+    "flip": "torch.flip(x, dims=...): the placement adapter (ops/placement.py, Dims) takes "
+            "dims only positionally: TypeError",
+    "std": "std over a dynamic dim of a length-1 example gives 0 where torch gives nan "
+           "(var gives nan): ops/reduction.py",
+    "std_mean": "as std: 0 where torch gives nan for a length-1 example",
+    "nn.functional.cross_entropy": "probability (soft) targets, (C,) per example, crash "
+                                   "inside the rule (ops/loss.py): RuntimeError from torch",
+    "split": "split along a dynamic dim: examples have different numbers of chunks; the "
+             "batch returns as many as the longest example instead of refusing",
+    "squeeze": "squeeze() with no dim over a dynamic dim: a length-1 example loses that dim "
+               "per example, not in the batch (wrong shape instead of an error)",
+    "nn.functional.kl_div": "reduction='none' over a dynamic dim of examples with no "
+                            "batch-of-one dim: wrong output shape",
+    "norm.nuc": "nuclear norm with dim=None on examples with no batch-of-one dim crashes "
+                "(ops/reduction.py)",
+    "mT": "x.mT on examples with no batch-of-one dim adds a dim (MaskedBatch.mT ignores "
+          "batch_dim)",
+    "polygamma.polygamma_n_0": "x.polygamma(n) hands (x, n) to the rule of "
+                               "torch.polygamma(n, x): TypeError (ops/pointwise.py)",
+    "nn.functional.embedding": "F.embedding(ids, weight) with a MaskedBatch weight: "
+                               "AttributeError '_bdim' instead of a clear error",
+}
+for _n in range(1, 5):
+    XFAIL[f"polygamma.polygamma_n_{_n}"] = XFAIL["polygamma.polygamma_n_0"]
+for _cast in ("bfloat16", "bool", "double", "float", "half", "int", "long"):
+    XFAIL[_cast] = (f"x.{_cast}(memory_format=...): MaskedBatch.{_cast}() takes no "
+                    f"memory_format keyword (core.py): TypeError")
+
+
+def load_op_db():
+    """PyTorch's op database (imports torch's testing package, ~3 s)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    return op_db
+
+
+def entry_name(opinfo):
+    return opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else "")
+
+
+def ruled_callable(opinfo):
+    """The torch callable of ``opinfo`` that has a matchbox rule, or None."""
+    for f in (opinfo.op, opinfo.method_variant):
+        try:
+            if f is not None and f in RULES:
+                return f
+        except TypeError:  # unhashable
+            continue
+    return None
+
+
+def as_called(f):
+    """How user code calls ``f``: a method of ``torch.Tensor`` is called on
+    the value (``x.view(...)``), since ``torch.Tensor.view(batch, ...)``
+    is a C descriptor that takes Tensors only."""
+    name = getattr(f, "__name__", None)
+    if name and getattr(torch.Tensor, name, None) is f:
+        def method(x, *args, **kwargs):
+            return getattr(x, name)(*args, **kwargs)
+        method.__name__ = name
+        return method
+    return f
+
+
+def unruled_callable(opinfo):
+    """The callable to try for an op with no rule: the op, or its method
+    when the op is a wrapper PyTorch's test suite wrote."""
+    def ours(f):
+        return (getattr(f, "__module__", "") or "").startswith("torch.testing")
+
+    if ours(opinfo.op):
+        for f in (opinfo.method_variant, opinfo.inplace_variant,
+                  getattr(torch.Tensor, opinfo.name, None)):
+            if f is not None and not ours(f):
+                return f
+    return opinfo.op
+
+
+def _dtype(opinfo):
+    for dt in (torch.float64, torch.float32, torch.int64, torch.bool):
+        if opinfo.supports_dtype(dt, "cpu"):
+            return dt
+    return None
+
+
+def _leaves(sample):
+    return [t for t in pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
+            if isinstance(t, torch.Tensor)]
+
+
+def samples(opinfo, n=MAX_SAMPLES):
+    """Up to ``n`` small samples of ``opinfo``: non-empty tensors, at most
+    MAX_NUMEL elements each, preferring inputs with at least one dim."""
+    dtype = _dtype(opinfo)
+    if dtype is None:
+        return []
+    picked, scalars = [], []
+    grad = opinfo.supports_autograd and dtype.is_floating_point
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = opinfo.sample_inputs("cpu", dtype, requires_grad=grad)
+        for i, s in enumerate(gen):
+            if i >= 40 or len(picked) >= n:
+                break
+            leaves = _leaves(s)
+            inp = s.input if isinstance(s.input, torch.Tensor) else None
+            if isinstance(s.input, (list, tuple)):
+                if not s.input or not all(isinstance(t, torch.Tensor) for t in s.input):
+                    continue
+            elif inp is None:
+                continue
+            if any(t.numel() == 0 or t.numel() > MAX_NUMEL or t.is_complex() or t.layout != torch.strided
+                   for t in leaves):
+                continue
+            (scalars if inp is not None and inp.dim() == 0 else picked).append(s)
+    return (picked + scalars)[:n]
+
+
+# ------------------------------------------------------------ making examples
+def _detach(t):
+    return t.detach().clone() if isinstance(t, torch.Tensor) else t
+
+
+def _permuted(t, b, gen):
+    """Example ``b``'s copy of ``t``: its values permuted (b > 0), so the
+    examples differ and stay in the op's domain; integer and bool tensors
+    (indices, masks) are kept as they are."""
+    t = t.detach()
+    if b == 0 or not t.is_floating_point() or t.numel() < 2:
+        return t.clone()
+    return t.reshape(-1)[torch.randperm(t.numel(), generator=gen)].reshape(t.shape).clone()
+
+
+def _lengths(size):
+    return [size, 1, max(1, size - 1)][:B]
+
+
+class Case:
+    """One way to run a sample: ``slots`` are the tensor leaves of (input,
+    args), each ``("batch", [per-example tensors], dims, batch_dim)`` or
+    ``("shared", tensor)``; ``rebuild(values)`` puts values back in place."""
+
+    def __init__(self, fn, sample, slots, spec):
+        self.fn, self.sample, self.slots, self.spec = fn, sample, slots, spec
+        leaves, self.treespec = pytree.tree_flatten((sample.input, sample.args))
+        self.positions = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)]
+        self.leaves = leaves
+        self.kwargs = {k: _detach(v) for k, v in sample.kwargs.items()}
+
+    def call(self, *values):
+        leaves = list(self.leaves)
+        for i, v in zip(self.positions, values):
+            leaves[i] = v
+        inp, args = pytree.tree_unflatten(leaves, self.treespec)
+        out = self.fn(inp, *args, **self.kwargs)
+        batches = [v for v in values if isinstance(v, MaskedBatch)]
+        if batches and isinstance(out, torch.Tensor) and not isinstance(out, MaskedBatch):
+            # a plain Tensor made from a batch is shared by every example
+            # (SPEC section 3: x.new_zeros(2, 3)): each example gets it
+            out = MaskedBatch.fromlist([out] * batches[0].batch_size, (False,) * out.dim(), None)
+        return out
+
+    def per_example_ok(self):
+        """Whether the op accepts every example alone (a varied size may be
+        one its other arguments do not allow)."""
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for j in range(B):
+                    self.call(*(s[1][j] if s[0] == "batch" else s[1] for s in self.slots))
+            return True
+        except Exception:
+            return False
+
+    def specs(self):
+        return [MaskedBatch.fromlist(s[1], s[2], s[3]) if s[0] == "batch" else s[1]
+                for s in self.slots]
+
+
+def _tensor_leaves(sample):
+    leaves = pytree.tree_leaves((sample.input, sample.args))
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def _input_leaves(sample):
+    return list(sample.input) if isinstance(sample.input, (list, tuple)) else [sample.input]
+
+
+def vmap_cases(fn, sample, gen, dynamic):
+    """Examples that are permuted copies of the whole sample, with no
+    batch-of-one dimension.  Yields one Case per way to vary (static: one;
+    dynamic: one per input dim that can vary); args per-example first, then
+    shared."""
+    tensors = _tensor_leaves(sample)
+    inputs = {id(t) for t in _input_leaves(sample)}
+    ref = _input_leaves(sample)[0]
+    for per_example_args in (True, False):
+        batched = [id(t) in inputs or per_example_args for t in tensors]
+        if not per_example_args and all(batched):
+            continue  # no tensor args: the first variant was the only one
+        if not dynamic:
+            slots = []
+            for t, bt in zip(tensors, batched):
+                if bt:
+                    slots.append(("batch", [_permuted(t, b, gen) for b in range(B)],
+                                  (False,) * t.dim(), None))
+                else:
+                    slots.append(("shared", _detach(t)))
+            yield Case(fn, sample, slots, f"vmap, {'per-example' if per_example_args else 'shared'} args")
+            continue
+        for d in range(ref.dim())[-MAX_VARIED:]:
+            size = ref.size(d)
+            if size < 2:
+                continue
+            lengths = _lengths(size)
+            slots, varied = [], False
+            for t, bt in zip(tensors, batched):
+                if not bt:
+                    slots.append(("shared", _detach(t)))
+                    continue
+                k = d - (ref.dim() - t.dim())  # the dim of t aligned with d
+                vary = 0 <= k < t.dim() and t.size(k) == size
+                exs = [_permuted(t, b, gen) for b in range(B)]
+                if vary:
+                    exs = [e.narrow(k, 0, n).clone() for e, n in zip(exs, lengths)]
+                    varied = varied or id(t) in inputs
+                dims = tuple(vary and i == k for i in range(t.dim()))
+                slots.append(("batch", exs, dims, None))
+            if varied:
+                yield Case(fn, sample, slots,
+                           f"vmap, {'per-example' if per_example_args else 'shared'} args, "
+                           f"dim {d} varies")
+
+
+def rows_cases(fn, sample, gen, dynamic):
+    """Examples that are the rows ``x[i:i+1]`` of the sample's input (the
+    batch-of-one dimension at 0); tensor args with as many rows are split
+    too (or, second, shared)."""
+    inputs = _input_leaves(sample)
+    ref = inputs[0]
+    if ref.dim() == 0:
+        return
+    n = ref.size(0)
+    tensors = _tensor_leaves(sample)
+    inp_ids = {id(t) for t in inputs}
+
+    def rows(t, b):
+        return _permuted(t, b, gen) if n == 1 else t.detach()[b % n:b % n + 1].clone()
+
+    nb = B if n == 1 else min(n, B)
+    for split_args in (True, False):
+        batched = [id(t) in inp_ids or (split_args and t.dim() > 0 and t.size(0) == n)
+                   for t in tensors]
+        if not split_args and batched == [id(t) in inp_ids or (t.dim() > 0 and t.size(0) == n)
+                                          for t in tensors]:
+            continue
+        dims_to_vary = [None] if not dynamic else \
+            [d for d in range(1, ref.dim()) if ref.size(d) >= 2][-MAX_VARIED:]
+        for d in dims_to_vary:
+            slots, varied = [], False
+            lengths = _lengths(ref.size(d)) if d is not None else None
+            for t, bt in zip(tensors, batched):
+                if not bt:
+                    slots.append(("shared", _detach(t)))
+                    continue
+                exs = [rows(t, b) for b in range(nb)]
+                k = None if d is None else d - (ref.dim() - t.dim())
+                vary = k is not None and 1 <= k < t.dim() and t.size(k) == ref.size(d)
+                if vary:
+                    exs = [e.narrow(k, 0, lengths[b % len(lengths)]).clone()
+                           for b, e in enumerate(exs)]
+                    varied = varied or id(t) in inp_ids
+                dims = tuple(vary and i == k for i in range(1, t.dim()))
+                slots.append(("batch", exs, dims, 0))
+            if d is None or varied:
+                yield Case(fn, sample, slots,
+                           f"rows, {'split' if split_args else 'shared'} args"
+                           + (f", dim {d} varies" if d is not None else ""))
+
+
+# ------------------------------------------------------------------ running
+# errors of Python's or torch's argument checking: a rule that calls
+# something wrongly, not a refusal that explains itself
+_SIGNATURE = re.compile(r"unexpected keyword argument|positional argument|required "
+                        r"(positional|keyword)|object has no attribute|argument '\w+' "
+                        r"\(position \d+\) must be")
+UNPLACED = "has no rule yet for values whose batch-of-one dimension"
+
+
+def _from_matchbox(exc):
+    """Whether ``exc`` was raised by matchbox's own code (a deliberate,
+    explained refusal) rather than inside torch."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last is not None and last.startswith(MATCHBOX_DIR) \
+        and not last.endswith("test_utils.py")
+
+
+def _first_line(exc):
+    msg = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {msg[0] if msg else ''}"
+
+
+def run_case(case, grad):
+    """``("pass", None)``, ``("refused", message)`` (a clear matchbox
+    error), ``("wrong", message)`` (values or gradients differ) or
+    ``("crash", message)`` (an error raised inside torch)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mb_test(case.call, *case.specs(), grad=grad, seed=0)
+        return "pass", None
+    except AssertionError as e:
+        if str(e).startswith("mb_test"):
+            return "wrong", _first_line(e) + " " + " ".join(str(e).splitlines()[1:2]).strip()
+        return "crash", _first_line(e)
+    except Exception as e:
+        if _from_matchbox(e) and not _SIGNATURE.search(str(e)):
+            return "refused", _first_line(e)
+        return "crash", _first_line(e) + " @ " + _where(e)
+
+
+def _where(exc):
+    frames = traceback.extract_tb(exc.__traceback__)
+    for fr in reversed(frames):
+        if fr.filename.startswith(MATCHBOX_DIR):
+            return f"{os.path.relpath(fr.filename, os.path.dirname(MATCHBOX_DIR))}:{fr.lineno}"
+    return frames[-1].filename.rsplit("/", 1)[-1] + f":{frames[-1].lineno}" if frames else "?"
+
+
+def _grad(opinfo, sample):
+    return bool(opinfo.supports_autograd) and any(
+        t.is_floating_point() for t in _tensor_leaves(sample))
+
+
+def check_ruled(opinfo, seed=0):
+    """Run an op that has a rule.  Returns a dict: ``static`` and
+    ``dynamic`` are each ("pass" | "refused" | "wrong" | "crash" | "n/a",
+    detail); ``how`` says which way of making examples ran."""
+    name = entry_name(opinfo)
+    if name in SKIP:
+        return {"name": name, "skip": SKIP[name]}
+    torch.manual_seed(seed)
+    fn = as_called(ruled_callable(opinfo) or unruled_callable(opinfo))
+    smp = samples(opinfo)
+    if not smp:
+        return {"name": name, "skip": "no small, non-empty, real-valued sample on CPU"}
+    gen = torch.Generator().manual_seed(seed)
+    result = {"name": name, "static": None, "dynamic": None, "how": set()}
+    for mode in ("static", "dynamic"):
+        outcomes = []
+        for s in smp:
+            grad = _grad(opinfo, s)
+            outcome = _run_sample(fn, s, gen, mode == "dynamic", grad)
+            outcomes.append(outcome)
+        result[mode] = _combine(outcomes)
+        for o in outcomes:
+            if o[0] == "pass":
+                result["how"].add(o[2].split(",")[0])
+    return result
+
+
+def _run_sample(fn, sample, gen, dynamic, grad):
+    """The outcome of one sample: the first way of making examples that
+    passes, else the worst outcome seen.  Returns (status, detail, spec)."""
+    seen = []
+    for maker in (vmap_cases, rows_cases):
+        for case in maker(fn, sample, gen, dynamic):
+            if not case.per_example_ok():
+                continue
+            status, detail = run_case(case, grad)
+            if status in ("wrong", "crash"):
+                return status, detail, case.spec
+            if status == "pass":
+                if not dynamic:
+                    return status, detail, case.spec
+                seen.append((status, detail, case.spec))
+                continue  # dynamic: every dim that can vary must not be wrong
+            seen.append((status, detail, case.spec))
+            if maker is vmap_cases and UNPLACED in detail:
+                break  # try rows
+        if any(s[0] == "pass" for s in seen):
+            break
+    passed = [s for s in seen if s[0] == "pass"]
+    if passed:
+        return passed[0]
+    if seen:  # the rows way's refusal, if it ran, says more than vmap's
+        return seen[-1]
+    return "n/a", "no example the op accepts alone" if not dynamic else \
+        "no dim the op's other arguments let vary", ""
+
+
+_ORDER = {"wrong": 0, "crash": 1, "pass": 2, "refused": 3, "n/a": 4}
+
+
+def _combine(outcomes):
+    """One sample wrong or crashing is the op's outcome; else a pass on any
+    sample is a pass."""
+    return min(outcomes, key=lambda o: _ORDER[o[0]])[:2]
+
+
+def check_unruled(opinfo):
+    """An op with no rule, called on a batch made from its first sample,
+    must raise NotImplementedError naming an op.  Returns a dict with
+    ``status`` ("raises", "runs" (through ops that have rules), "other"
+    (another error) or "n/a") and ``detail``."""
+    name = entry_name(opinfo)
+    if name in SKIP:
+        return {"name": name, "status": "n/a", "detail": SKIP[name]}
+    torch.manual_seed(0)
+    smp = samples(opinfo, 1)
+    if not smp:
+        return {"name": name, "status": "n/a", "detail": "no small real-valued sample on CPU"}
+    s = smp[0]
+    inp = s.input
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if isinstance(inp, (list, tuple)):
+            inp = [MaskedBatch.fromlist([t.detach()] * B, (False,) * t.dim(), None) for t in inp]
+        else:
+            inp = MaskedBatch.fromlist([inp.detach()] * B, (False,) * inp.dim(), None)
+        try:
+            as_called(unruled_callable(opinfo))(inp, *s.args, **s.kwargs)
+        except NotImplementedError as e:
+            if "no rule" in str(e):
+                return {"name": name, "status": "raises", "detail": _first_line(e)}
+            return {"name": name, "status": "refused", "detail": _first_line(e)}
+        except Exception as e:
+            if _from_matchbox(e) and not _SIGNATURE.search(str(e)):
+                return {"name": name, "status": "refused", "detail": _first_line(e)}
+            return {"name": name, "status": "other", "detail": _first_line(e)}
+    # it runs through ops that have rules: it must then be right
+    result = check_ruled(opinfo)
+    result.update(status="runs", detail="")
+    return result
+
+
+# -------------------------------------------------------------------- table
+def run_all(op_db=None, log=None):
+    op_db = load_op_db() if op_db is None else op_db
+    ruled, unruled = [], []
+    for o in op_db:
+        if ruled_callable(o) is not None:
+            ruled.append(check_ruled(o))
+        else:
+            unruled.append(check_unruled(o))
+        if log:
+            print((ruled + unruled)[-1]["name"], file=log)
+    return ruled, unruled
+
+
+def table(ruled, unruled):
+    """The coverage page (markdown) from run_all's results."""
+    def status(r, mode):
+        return r[mode][0] if r.get(mode) else "skip"
+
+    both = [r for r in ruled if "skip" not in r and status(r, "static") == "pass"
+            and status(r, "dynamic") == "pass"]
+    static_only = [r for r in ruled if "skip" not in r and status(r, "static") == "pass"
+                   and status(r, "dynamic") != "pass"]
+    refused = [r for r in ruled if "skip" not in r and status(r, "static") == "refused"]
+    bad = [r for r in ruled if "skip" not in r and status(r, "static") not in ("pass", "refused")]
+    bad += [r for r in static_only if status(r, "dynamic") in ("wrong", "crash")]
+    skipped = [r for r in ruled if "skip" in r]
+    lines = [
+        "# PyTorch's op database on MaskedBatch",
+        "",
+        "Generated by `python -m tests.ops.opinfo_table > docs/opinfo.md` from the cases "
+        "`tests/ops/test_opinfo.py` runs; do not edit by hand. Every entry of PyTorch's "
+        "OpInfo database (`torch.testing._internal.common_methods_invocations.op_db`, "
+        f"{len(ruled) + len(unruled)} entries in torch {torch.__version__.split('+')[0]}) "
+        "is run on a batch:",
+        "",
+        f"- an op with a matchbox rule runs on {B} examples made from each of up to "
+        f"{MAX_SAMPLES} of its samples (float64 where the op takes it), on static dims and "
+        "with one dim varying in size between the examples; `mb_test` compares values and "
+        "gradients with the per-example loop. *vmap*: each example is the sample's input "
+        "with its values permuted and no batch-of-one dimension (`batch_dim=None`); "
+        "*rows*: each example is a row `x[i:i+1]` of the input (`batch_dim=0`), for ops "
+        "with no rule yet for values without a batch-of-one dimension;",
+        "- an op without a rule must raise `NotImplementedError` naming the op.",
+        "",
+        "## Figures",
+        "",
+        f"- OpInfo entries whose op has a rule: {len(ruled)}",
+        f"  - pass on static and on dynamic batches: {len(both)}",
+        f"  - pass on static batches; on dynamic ones refused with an error: "
+        f"{len([r for r in static_only if r not in bad and status(r, 'dynamic') == 'refused'])}",
+        f"  - pass on static batches; no dim the op's other arguments let vary: "
+        f"{len([r for r in static_only if r not in bad and status(r, 'dynamic') == 'n/a'])}",
+        f"  - refused on static batches with an error: {len(refused)}",
+        f"  - wrong or crashing (known bugs, xfail in the test): {len(bad)}",
+        f"  - skipped: {len(skipped)}",
+        f"- OpInfo entries whose op has no rule: {len(unruled)}",
+        f"  - raise NotImplementedError naming the op: "
+        f"{sum(r['status'] == 'raises' for r in unruled)}",
+        f"  - run through ops that have rules (composites, methods MaskedBatch defines): "
+        f"{sum(r['status'] == 'runs' for r in unruled)}",
+        f"  - refused with another error that says why: "
+        f"{sum(r['status'] == 'refused' for r in unruled)}",
+        f"  - raise an unclear error (known bugs): {sum(r['status'] == 'other' for r in unruled)}",
+        f"  - not tried (no real-valued CPU sample, CUDA only, random): "
+        f"{sum(r['status'] == 'n/a' for r in unruled)}",
+        "",
+        "## Ops with a rule",
+        "",
+        "| op | static | dynamic | examples | note |",
+        "|---|---|---|---|---|",
+    ]
+    for r in sorted(ruled, key=lambda r: r["name"]):
+        if "skip" in r:
+            lines.append(f"| `{r['name']}` | skip | skip | | {_cell(r['skip'])} |")
+            continue
+        note = "; ".join(sorted({_cell(r[m][1]) for m in ("static", "dynamic")
+                                 if r[m][0] != "pass" and r[m][1]}))
+        if r["name"] in XFAIL:
+            note = f"known bug: {_cell(XFAIL[r['name']])}"
+        lines.append(f"| `{r['name']}` | {r['static'][0]} | {r['dynamic'][0]} | "
+                     f"{', '.join(sorted(r['how']))} | {note} |")
+    lines += ["", "## Ops without a rule", "",
+              "On a MaskedBatch each raises `NotImplementedError` naming the op, except "
+              "those listed here.", ""]
+    for st, title in (("runs", "Run through ops or methods that have rules; checked as "
+                               "above (static, dynamic)"),
+                      ("refused", "Refused with another error that says why"),
+                      ("other", "Raise an unclear error (known bugs, xfail in the test)"),
+                      ("n/a", "Not tried")):
+        rs = [r for r in unruled if r["status"] == st]
+        if not rs:
+            continue
+        lines.append(f"**{title}** ({len(rs)}):\n")
+        for r in sorted(rs, key=lambda r: r["name"]):
+            if st == "runs":
+                detail = "skip: " + r["skip"] if "skip" in r else \
+                    f"{r['static'][0]}, {r['dynamic'][0]}" + "".join(
+                        f"; {_cell(r[m][1])}" for m in ("static", "dynamic")
+                        if r[m][0] != "pass" and r[m][1])
+            else:
+                detail = _cell(r["detail"])
+            if r["name"] in XFAIL:
+                detail += f" (known bug: {_cell(XFAIL[r['name']])})"
+            lines.append(f"- `{r['name']}`" + (f": {detail}" if detail else ""))
+        lines.append("")
+    rs = sorted(r["name"] for r in unruled if r["status"] == "raises")
+    lines.append(f"**Raise NotImplementedError naming the op** ({len(rs)}): "
+                 + ", ".join(f"`{n}`" for n in rs))
+    return "\n".join(lines) + "\n"
+
+
+def skeleton(page):
+    """The page without its free text (error messages, notes): the op
+    names, statuses and figures, which is what the page check compares, so
+    rewording an error does not make the page stale."""
+    out = []
+    for line in page.splitlines():
+        if line.startswith("| `"):
+            line = "|".join(line.split("|")[:5])
+        elif line.startswith("- `"):
+            name, _, rest = line.partition(": ")
+            line = name + (": " + rest.split(";")[0] if rest[:4] in ("pass", "refu", "wron",
+                                                                     "cras", "n/a,") else "")
+        elif not line.startswith(("- OpInfo", "  - ", "**")):
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def _cell(s):
+    s = (s or "").replace("|", "\\|").replace("\n", " ")
+    return s if len(s) <= 160 else s[:157] + "..."
+
+
+def main():
+    torch.set_num_threads(1)  # small ops: one thread is much faster
+    ruled, unruled = run_all(log=sys.stderr if "-v" in sys.argv else None)
+    sys.stdout.write(table(ruled, unruled))
+
+
+if __name__ == "__main__":
+    main()
