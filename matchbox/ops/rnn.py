@@ -81,6 +81,8 @@ def _run(cell, datas, mask, real):
         outs = cell(*datas)
     elif _registry.gathers_rows(datas[0]):
         rows = true_rows(real)
+        if rows.numel() == real.size(0):  # every lane real after all: nothing to gather
+            return tuple(new(o, mask, (False,)) for o in cell(*datas))
         outs = cell(*(d.index_select(0, rows) for d in datas))
         if mask is None:
             return tuple(_written_into(state, rows, o) for state, o in zip(datas[1:], outs))
