@@ -27,12 +27,40 @@ __all__ = ["mb_rand", "mb_test", "mb_assert", "mb_assert_allclose", "LENGTH_MODE
 LENGTH_MODES = ("random", "mixed", "one", "equal")
 
 
+SPEC_FORMS = ("an argument spec is (B, (dynamic, size), ...) for B random examples, e.g. "
+              "(4, (True, 3), (False, 2)), with (4, ()) for one value per example; a shape "
+              "tuple of ints for one Tensor shared by every example; an int k to reuse "
+              "argument k; or a ready MaskedBatch or Tensor")
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _is_batch_spec(spec):
     """``(B, (dynamic, size), ...)``; ``(B, ())`` (the original Matchbox's
-    spelling) is B examples with no dims after the leading 1."""
-    return (isinstance(spec, (tuple, list)) and len(spec) >= 1 and isinstance(spec[0], int)
-            and not isinstance(spec[0], bool) and len(spec) > 1
-            and all(isinstance(d, (tuple, list)) and len(d) in (0, 2) for d in spec[1:]))
+    spelling) is B examples with no dims after the leading 1, and ``()``
+    entries among the dims are skipped.  A spec meant as one (a tuple with
+    a tuple after its first item) that is malformed raises ValueError."""
+    if not (isinstance(spec, (tuple, list)) and len(spec) > 1
+            and any(isinstance(d, (tuple, list)) for d in spec[1:])):
+        return False
+    problem = None
+    if not _is_int(spec[0]) or spec[0] < 0:
+        problem = f"its first item, the number of examples, must be an int >= 0, not {spec[0]!r}"
+    for d in spec[1:]:
+        if problem:
+            break
+        if not isinstance(d, (tuple, list)) or len(d) not in (0, 2):
+            problem = f"each dim must be (dynamic, size) or (), not {d!r}"
+        elif len(d) == 2 and not (isinstance(d[0], bool) or d[0] in (0, 1)):
+            problem = f"in {d!r}, dynamic must be True or False"
+        elif len(d) == 2 and (not _is_int(d[1]) or d[1] < (1 if d[0] else 0)):
+            problem = (f"in {d!r}, size must be an int >= 1 (the largest size, for a dynamic "
+                       f"dim) or >= 0 (a static one)")
+    if problem:
+        raise ValueError(f"cannot read the spec {spec!r}: {problem}; {SPEC_FORMS}")
+    return True
 
 
 def draw_lengths(B, size, mode, generator=None):
@@ -84,6 +112,8 @@ def mb_rand(*spec, lengths="random", dtype=None, device=None, generator=None, ba
         examples, dims = _rand_examples(spec, lengths, dtype, device, generator=generator,
                                         batch_dim=batch_dim)
         return MaskedBatch.fromlist(examples, dims, batch_dim)
+    if not all(_is_int(s) and s >= 0 for s in spec):
+        raise ValueError(f"mb_rand: cannot read the spec {spec!r}; {SPEC_FORMS}")
     return _rand(tuple(spec), dtype, device, generator)
 
 
@@ -265,10 +295,10 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
         elif _is_batch_spec(spec):
             examples, dims = _rand_examples(spec, lengths, dtype, device, table, gen, batch_dim)
             kind = "batch"
-        elif isinstance(spec, (tuple, list)) and all(isinstance(s, int) for s in spec):
+        elif isinstance(spec, (tuple, list)) and all(_is_int(s) and s >= 0 for s in spec):
             examples, dims, kind = _rand(tuple(spec), dtype, device, gen), None, "shared"
         else:
-            raise ValueError(f"mb_test: cannot read argument spec {k}: {spec!r}")
+            raise ValueError(f"mb_test: cannot read argument spec {k}: {spec!r}; {SPEC_FORMS}")
         if kind == "batch":
             if B is not None and len(examples) != B:
                 raise ValueError(f"mb_test: argument {k} has {len(examples)} examples, an earlier one {B}")
