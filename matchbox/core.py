@@ -920,9 +920,11 @@ class MaskedBatch:
         return cls.fromlist([t.unsqueeze(0) for t in nt.unbind()], dims)
 
     def to_nested(self, layout=torch.jagged):
-        """To a ``torch.nested`` tensor of the examples (without their leading
-        1).  The jagged layout allows one dynamic dimension."""
-        return torch.nested.as_nested_tensor([e.squeeze(0) for e in self.examples()], layout=layout)
+        """To a ``torch.nested`` tensor of the examples (without their
+        batch-of-one dimension).  The jagged layout allows one dynamic
+        dimension."""
+        return torch.nested.as_nested_tensor(
+            [example_to_storage(e, self._bdim).squeeze(0) for e in self.examples()], layout=layout)
 
     # ------------------------------------------------------------ display
     def __repr__(self):

@@ -97,6 +97,17 @@ def test_shapes_follow_the_per_example_code():
     assert seq[:, 0].batch_dim is None and seq.permute(1, 0, 2).batch_dim == 0
 
 
+def test_conversions_keep_each_layout():
+    xs = [torch.randn(n, 1, 3) for n in (2, 5)]
+    x = MaskedBatch.fromlist(xs, batch_dim=1)
+    assert [t.shape for t in x.to_nested().unbind()] == [(2, 3), (5, 3)]
+    back = MaskedBatch.from_padded(x.to_padded().transpose(0, 1), x.size_as_tensor(0).padded_data,
+                                   batch_first=False)
+    assert back.batch_dim == 1 and all(torch.equal(a, b) for a, b in zip(back.examples(), xs))
+    assert torch.equal(x.to_packed().data, torch.nn.utils.rnn.pack_sequence(
+        [e[:, 0] for e in xs], enforce_sorted=False).data)
+
+
 def test_sequence_first_examples_and_errors():
     xs = [torch.randn(n, 1, 3) for n in (2, 5)]
     x = MaskedBatch.fromlist(xs, batch_dim=1)
