@@ -25,9 +25,10 @@ matchbox features exercised: ``@matchbox.batch`` on methods with recursion
 per-example condition, multiple return values, indexing by a per-example
 index (``x[:, i]``), embedding, linear, chunk, cross_entropy with
 ``reduction='none'``, argmax, and gradients through all of it.
-With ``@matchbox.batch(merge_calls=True)`` on ``encode`` the calls on a
-node's two children run as one call, so the recursion runs one call per
-depth instead of one per path (``bench/tasks/treelstm.py`` times both).
+The calls on a node's two children run as one call (``@batch`` merges
+sibling recursive calls when the function has no side effects that merging
+could reorder), so the recursion runs one call per depth instead of one per
+path (``bench/tasks/treelstm.py`` times it).
 
 Run:  python -m examples.tree_lstm [--steps 30] [--batch-size 32] [--seed 0] [--threads 1]
 """

@@ -7,11 +7,11 @@ label tensors in preorder) from its generator, with 2..50 leaves per sentence
 bracketings.  Variants:
 
 - ``per_example``: the recursive example-level model on each tree alone;
-- ``matchbox``: the same recursion under ``@matchbox.batch`` on a MaskedBatch
-  of trees;
-- ``matchbox_merged``: the same under ``@matchbox.batch(merge_calls=True)``:
-  the two recursive calls on a node's children run as one call, so the
-  recursion runs one call per depth instead of one per path;
+- ``matchbox``: the same recursion under plain ``@matchbox.batch`` on a
+  MaskedBatch of trees: the two recursive calls on a node's children run
+  as one call (merged by default: ``encode`` has no effects that merging
+  could reorder), so the recursion runs one call per depth, not one per
+  path;
 - ``hand``: what an expert writes for the same module: level-by-level
   batching.  Every node gets a height (leaves 0, else 1 + the taller child);
   all leaves of all trees go through one batched leaf cell, then all nodes of
@@ -27,7 +27,6 @@ embeddings, 256 hidden; Tai et al. used 300 / 150 on SST).  The vocabulary is
 the example's synthetic one (20 words), so the embedding is small.
 """
 import random
-import types
 from dataclasses import dataclass
 
 import torch
@@ -36,15 +35,11 @@ import torch.nn.functional as TF
 from bench.data import lengths
 from bench.harness import Variant, fresh
 from examples.tree_lstm import TreeLSTM, make_batch, random_tree
-from matchbox import batch, example_sum
+from matchbox import example_sum
 
 NAME = "treelstm"
 TRAINS = True
 SIZES = {"small": dict(dim=32, hidden=64), "paper": dict(dim=128, hidden=256)}
-
-# the example's encode under @batch(merge_calls=True): a node's two
-# recursive calls run as one
-MERGED_ENCODE = batch(TreeLSTM.encode.__wrapped__, merge_calls=True)
 
 
 @dataclass
@@ -118,15 +113,10 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
     def matchbox():
         return example_sum(mb(*batch)[0])
 
-    merged = fresh(model)
-    merged.encode = types.MethodType(MERGED_ENCODE, merged)
-    def matchbox_merged():
-        return example_sum(merged(*batch)[0])
-
     hand = fresh(model)
     plan = schedule(trees, device)
     def hand_written():
         return hand_loss(hand, plan)
 
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
-            "matchbox": Variant(matchbox, mb), "matchbox_merged": Variant(matchbox_merged, merged)}
+            "matchbox": Variant(matchbox, mb)}

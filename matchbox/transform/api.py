@@ -20,7 +20,7 @@ __all__ = ["batch", "to_source", "PASSES"]
 #: The passes, in the order they run.  Each is ``transform(fdef, ctx)``.
 PASSES = (
     unsupported,          # raise at decoration time for what cannot be batched
-    sibling_calls,        # f(a); f(b) recursive siblings -> one call (merge_calls=True)
+    sibling_calls,        # f(a); f(b) recursive siblings -> one call (unless effects forbid)
     returns,              # return            -> do_return / retval flags
     break_statements,     # break             -> break_ flag, guarded rest
     continue_statements,  # continue          -> continue_ flag, guarded rest
@@ -37,11 +37,13 @@ PASSES = (
 class Context:
     """What the passes share about the function being converted."""
 
-    def __init__(self, fdef, origin, fn_name, max_iterations, compact=None, merge_calls=False):
+    def __init__(self, fdef, origin, fn_name, max_iterations, compact=None, merge_calls=None):
         self.namer = Namer(fdef)
         self.runtime = self.namer.new("_mb")
         self.origin, self.fn_name, self.max_iterations = origin, fn_name, max_iterations
         self.compact, self.merge_calls = compact, merge_calls
+        # lines for the top of the rewritten source (why a rewrite was not made)
+        self.notes = []
         # stores of loop temporaries, found before any pass moves statements
         self.loop_temporaries = loop_temporaries(fdef)
 
@@ -56,14 +58,14 @@ def _disabled():
     return os.environ.get("MATCHBOX_DISABLE", "").strip() not in ("", "0", "false", "False")
 
 
-def convert(fn, max_iterations=None, compact=None, merge_calls=False):
+def convert(fn, max_iterations=None, compact=None, merge_calls=None):
     """The rewritten function for ``fn`` and its source."""
     fdef, origin = parse_function(fn)
     ctx = Context(fdef, origin, getattr(fn, "__qualname__", fdef.name), max_iterations, compact,
                   merge_calls)
     for p in PASSES:
         fdef = p.transform(fdef, ctx)
-    source = unparse(fdef)
+    source = "".join(f"# {note}\n" for note in ctx.notes) + unparse(fdef)
     new = load_function(fdef, fn, origin, ctx.runtime, runtime)
     new.__matchbox_source__ = source
     CONVERTED_CODES.update(runtime.compaction.function_codes(new.__code__))
@@ -71,7 +73,7 @@ def convert(fn, max_iterations=None, compact=None, merge_calls=False):
     return new
 
 
-def batch(fn=None, *, max_iterations=None, compact=None, merge_calls=False):
+def batch(fn=None, *, max_iterations=None, compact=None, merge_calls=None):
     """Make example-level code with per-example control flow run on a
     :class:`~matchbox.MaskedBatch` (SPEC section 4).
 
@@ -90,13 +92,17 @@ def batch(fn=None, *, max_iterations=None, compact=None, merge_calls=False):
     have them the same way, keeping its variables compacted between steps
     (see docs/batch.md).
 
-    ``merge_calls=True``: two consecutive calls of the function to itself
-    that do not depend on each other (``a = f(left)`` then ``b = f(right)``
-    in a tree recursion) run as one call on both calls' examples, so a
-    recursion runs one call per depth instead of one per path.  Each
-    example's results are unchanged; only the order of side effects
-    between the two calls is, so use it for functions whose calls do not
-    change shared state in an order that matters.
+    Consecutive calls of the function to itself that do not depend on
+    each other (``a = f(left)`` then ``b = f(right)`` in a tree recursion)
+    run as one call on all the calls' examples, so a recursion runs one
+    call per depth instead of one per path.  Each example's values and
+    gradients are unchanged; only the order of side effects between the
+    calls is, so by default (``merge_calls=None``) the calls are merged
+    only when the function has no effect that merging could reorder (a
+    write to a global, a store into or a mutation of a value from outside,
+    a known-impure call; see transform/effects.py), and ``to_source``
+    says why where it does not.  ``merge_calls=True`` merges regardless,
+    ``merge_calls=False`` never.
     """
     if compact is True:
         compact = 0.5
@@ -119,7 +125,7 @@ def batch(fn=None, *, max_iterations=None, compact=None, merge_calls=False):
         return fn
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"@matchbox.batch expects a function or method, got {type(fn).__name__}")
-    return convert(fn, max_iterations, compact, bool(merge_calls))
+    return convert(fn, max_iterations, compact, None if merge_calls is None else bool(merge_calls))
 
 
 def to_source(fn):

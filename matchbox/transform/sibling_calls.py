@@ -1,4 +1,6 @@
-"""Run sibling recursive calls as one call (``@batch(merge_calls=True)``).
+"""Run sibling recursive calls as one call (by default, when the
+function's effects allow it; ``@batch(merge_calls=True/False)`` forces it
+on or off).
 
 A recursion over trees calls itself once per child:
 
@@ -9,20 +11,27 @@ A recursion over trees calls itself once per child:
 Run one after the other, each call recurses for the lanes active at it, so
 the calls follow paths from the root: one call per path that some example
 has.  ``sibling_calls`` runs both as ONE call on the active lanes of the
-two, stacked (runtime.py), so a recursion runs one call per depth.  The
-examples' own results are the same; what changes is the order of side
-effects between the two calls (all of the first before any of the second,
-per example), hence the opt-in.
+two, stacked (runtime/calls.py), so a recursion runs one call per depth.
+The examples' own values and gradients are the same; what changes is the
+order of side effects between the calls (all of them at once, not the
+first's then the second's) and how often a per-call effect runs.  So with
+the default ``merge_calls=None`` the calls are merged only when
+effects.py finds no effect of the function that merging could change
+(writes to globals, stores into or mutations of values from outside,
+known-impure calls); otherwise they stay plain calls and the rewritten
+source starts with a note saying why (``ctx.notes``, printed by
+``to_source``).
 
-Merged: two consecutive assignments ``target = f(args)`` whose ``f`` is the
-function itself (``name(...)`` or ``self.name(...)``), with positional
-arguments only, where the second call's arguments and function do not read
-what the first one assigns.
+Merged: two or more consecutive assignments ``target = f(args)`` whose
+``f`` is the function itself (``name(...)`` or ``self.name(...)``), with
+positional arguments only, where no call's arguments or function read
+what an earlier one of them assigns.
 """
 import gast
 
 from . import templates
 from .analysis import walk_scope
+from .effects import effects
 
 
 def _names(node):
@@ -30,8 +39,8 @@ def _names(node):
 
 
 class _Merger:
-    def __init__(self, fdef, ctx):
-        self.ctx, self.name = ctx, fdef.name
+    def __init__(self, fdef, ctx, auto):
+        self.ctx, self.name, self.auto = ctx, fdef.name, auto
         args = fdef.args.posonlyargs + fdef.args.args
         self.self_name = args[0].id if args else None  # gast: parameters are Names
 
@@ -51,44 +60,79 @@ class _Merger:
             and isinstance(func.value, gast.Name) and func.value.id == self.self_name)
         return call if itself else None
 
-    def statements(self, stmts):
-        out, i = [], 0
+    def _run(self, stmts, i):
+        """The consecutive independent recursive calls starting at ``stmts[i]``."""
+        first = self._recursive_call(stmts[i])
+        if not first:
+            return []
+        run, assigned = [stmts[i]], _names(stmts[i].targets[0])
+        for s in stmts[i + 1:]:
+            call = self._recursive_call(s)
+            if not call or gast.dump(call.func) != gast.dump(first.func) \
+                    or assigned & _names(call):
+                break
+            run.append(s)
+            assigned |= _names(s.targets[0])
+        return run if len(run) > 1 else []
+
+    def statements(self, stmts, merge):
+        """``stmts`` with each run of sibling calls merged (``merge``), and
+        whether there was one."""
+        out, i, found = [], 0, False
         while i < len(stmts):
-            a = stmts[i]
-            b = stmts[i + 1] if i + 1 < len(stmts) else None
-            ca, cb = self._recursive_call(a), b is not None and self._recursive_call(b)
-            if ca and cb and gast.dump(ca.func) == gast.dump(cb.func) \
-                    and not _names(a.targets[0]) & _names(cb):
-                out += self._merged(a, b)
-                i += 2
+            run = self._run(stmts, i)
+            found |= bool(run)
+            if run and merge:
+                out += self._merged(run)
+                i += len(run)
             else:
-                out.append(a)
+                out.append(stmts[i])
                 i += 1
+        return out, found
+
+    def _merged(self, run):
+        """The first call becomes the merged call and each call a store of
+        its part, in place: nodes keep their identity, which
+        ``ctx.loop_temporaries`` is keyed by."""
+        tmp = self.ctx.namer.new("calls")
+        first = run[0]
+        call, unpack = templates.replace(
+            """
+            tmp = rt.sibling_calls(f, calls)
+            target = tmp[0]
+            """, first, tmp=tmp, rt=self.ctx.runtime, f=first.value.func, calls=gast.Constant(
+                value=None, kind=None), target=first.targets[0])
+        call.value.args[1:] = [gast.Tuple(elts=s.value.args, ctx=gast.Load()) for s in run]
+        if self.auto:
+            call.value.keywords = [gast.keyword(arg="auto", value=gast.Constant(
+                value=True, kind=None))]
+        templates.stamp(call.value, first)
+        out = [first, unpack]
+        first.targets, first.value = call.targets, call.value
+        for k, s in enumerate(run[1:], 1):
+            s.value = templates.replace_as_expression(f"tmp[{k}]", s.value, tmp=tmp)
+            out.append(s)
         return out
 
-    def _merged(self, a, b):
-        """``a`` becomes the merged call and ``b`` the second store, in place:
-        nodes keep their identity, which ``ctx.loop_temporaries`` is keyed by."""
-        tmp = self.ctx.namer.new("calls")
-        call, unpack, b.value = templates.replace(
-            """
-            tmp = rt.sibling_calls(f, first, second)
-            target = tmp[0]
-            tmp[1]
-            """, a, tmp=tmp, rt=self.ctx.runtime, f=a.value.func,
-            first=gast.Tuple(elts=a.value.args, ctx=gast.Load()),
-            second=gast.Tuple(elts=b.value.args, ctx=gast.Load()), target=a.targets[0])
-        a.targets, a.value, b.value = call.targets, call.value, b.value.value
-        return [a, unpack, b]
 
-
-def transform(fdef, ctx):
-    if not ctx.merge_calls:
-        return fdef
-    merger = _Merger(fdef, ctx)
+def _blocks(fdef):
     for node in [fdef, *walk_scope(fdef.body)]:
         for field in ("body", "orelse", "finalbody"):
             stmts = getattr(node, field, None)
             if isinstance(stmts, list) and stmts and isinstance(stmts[0], gast.stmt):
-                setattr(node, field, merger.statements(stmts))
+                yield node, field, stmts
+
+
+def transform(fdef, ctx):
+    if ctx.merge_calls is False:
+        return fdef
+    auto = ctx.merge_calls is None
+    merge = not (auto and effects(fdef))
+    merger, found = _Merger(fdef, ctx, auto), False
+    for node, field, stmts in list(_blocks(fdef)):
+        stmts, here = merger.statements(stmts, merge)
+        setattr(node, field, stmts)
+        found |= here
+    if found and not merge:
+        ctx.notes += [f"sibling calls not merged: {why}" for why in effects(fdef)]
     return fdef

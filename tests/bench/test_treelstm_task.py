@@ -36,7 +36,7 @@ def test_tree_sizes_are_sentence_like():
 @pytest.mark.parametrize("B", [1, 3])
 def test_variants_agree_and_train(B):
     variants = treelstm.build(batch_size=B, size="small", seed=B)
-    assert set(variants) == {"per_example", "matchbox", "matchbox_merged", "hand"}
+    assert set(variants) == {"per_example", "matchbox", "hand"}
     harness.check(variants, treelstm.TRAINS)
     for name, v in variants.items():
         before = v.model.compose.weight.detach().clone()

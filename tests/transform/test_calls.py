@@ -101,7 +101,7 @@ def test_tree_encoder_plain_tensors():
     assert h.shape == (1, H)
 
 
-# ------------------------------------------------------------------ merge_calls=True
+# ------------------------------------------------------------------ merge_calls=True (forced)
 @contextlib.contextmanager
 def recursing_into(name, merged):
     """The module global ``name``, which the recursion calls, bound to the
@@ -114,9 +114,10 @@ def recursing_into(name, merged):
         globals()[name] = plain
 
 
-def test_sibling_calls_are_merged_only_when_asked():
+def test_sibling_calls_are_merged_unless_turned_off():
     assert "sibling_calls" in matchbox.to_source(batch(encode.__wrapped__, merge_calls=True))
-    assert "sibling_calls" not in matchbox.to_source(encode)
+    assert "sibling_calls" in matchbox.to_source(encode)   # the default (issue 22)
+    assert "sibling_calls" not in matchbox.to_source(batch(encode.__wrapped__, merge_calls=False))
 
 
 @pytest.mark.parametrize("seed", range(4))
