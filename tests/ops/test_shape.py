@@ -316,6 +316,28 @@ def test_lanes_under_batch(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_lanes_in_branches_lists_and_loops(mode):
+    """Lanes in a per-example if/else, a for over a dynamic dim and a list
+    stacked back: each example's n lanes move together."""
+    import matchbox
+
+    @matchbox.batch
+    def f(x):
+        h = x.split_dim(-1, 2).join_dims(0, -1)   # (2, n, 3)
+        if h.sum() > 0:
+            h = h * 2
+        else:
+            h = h.tanh()
+        out = []
+        acc = h[:, 0] * 0                          # (2, 3)
+        for step in h.unbind(1):
+            acc = acc + step
+            out.append(acc)
+        return F.stack(out, 1).split_dim(0, 2).join_dims(-1, 1), acc
+    mb_test(f, DYN, lengths=mode, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_lanes_scaled_dot_product_attention(mode, causal):
     def f(q, k):
