@@ -743,6 +743,11 @@ _declare(Dims("dim"), torch.softmax, T.softmax, F.softmax, torch.log_softmax, T.
          torch.sort, T.sort, torch.argsort, T.argsort, torch.topk, T.topk, torch.gather, T.gather,
          torch.index_select, T.index_select, F.normalize, F.glu)
 _declare(Dims("dims", varargs=True), torch.flip, T.flip)
+_declare(Dims("dims"), torch.roll, T.roll)
+_declare(Dims("dim"), torch.diff, T.diff, torch.cummax, T.cummax, torch.cummin, T.cummin,
+         torch.logcumsumexp, T.logcumsumexp, torch.take_along_dim, T.take_along_dim,
+         torch.scatter, T.scatter, torch.scatter_add, T.scatter_add, torch.index_add, T.index_add)
+_declare(Dims("dim", reduce=True, full=False), torch.cosine_similarity, F.cosine_similarity)
 _declare(Permute(kind="transpose"), torch.transpose, T.transpose, torch.swapaxes, T.swapaxes,
          torch.swapdims, T.swapdims)
 _declare(Permute(kind="permute"), torch.permute, T.permute)
@@ -767,8 +772,10 @@ _declare(Loss(classes=True), F.cross_entropy, F.nll_loss)
 _declare_module(Loss(), "matchbox.ops.loss")
 _declare(Rowwise(trailing=0), F.embedding, F.one_hot, F.dropout, F.alpha_dropout,
          F.feature_alpha_dropout, torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout)
-_declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.prelu)
-_declare_module(Broadcast(), "matchbox.ops.pointwise", skip=(torch.tril, T.tril, torch.triu, T.triu))
+_declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.prelu, F.bilinear,
+         torch.bilinear)
+_declare(Rowwise(trailing=2), torch.tril, T.tril, torch.triu, T.triu)
+_declare_module(Broadcast(), "matchbox.ops.pointwise")
 _declare(Own(), F.multi_head_attention_forward)
 _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
          torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)

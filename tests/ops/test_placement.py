@@ -67,6 +67,11 @@ OPS = {
     "lm_loss": lambda x, p: torch.nn.functional.cross_entropy(
         LIN(x).view(-1, 4), LIN(x).detach().argmax(-1).view(-1)),
     "mse_loss": lambda x, p: torch.nn.functional.mse_loss(x, torch.zeros_like(x)),
+    "diff_n": lambda x, p: torch.diff(poison(x), dim=p.dim(0)),
+    "cummax_n": lambda x, p: x.cummax(p.dim(0))[0],
+    "roll_d": lambda x, p: x.roll(1, p.dim(1)),
+    "cosine_d": lambda x, p: torch.cosine_similarity(x, x.exp(), dim=p.dim(1)),
+    "bilinear": lambda x, p: torch.nn.functional.bilinear(x, x, torch.ones(2, 3, 3, dtype=D)),
 }
 
 
