@@ -229,3 +229,37 @@ def test_tree_lstm_example_merges_by_default():
     from examples.tree_lstm import TreeLSTM
     src = matchbox.to_source(TreeLSTM.encode)
     assert "sibling_calls" in src and "not merged" not in src
+
+
+MEMORY = {}
+
+
+@batch
+def reads_full_batch(x, n):
+    """Reads a full-batch value that is no argument: the stacked call
+    cannot (its batch is the calls' lanes), so it runs again unmerged."""
+    if n <= 0:
+        return x * MEMORY["m"]
+    a = reads_full_batch(x * 0.5, n - 1)
+    b = reads_full_batch(x + 1.0, n - 2)
+    return a + b * x
+
+
+def test_stacked_call_that_fails_runs_unmerged():
+    assert "auto=True" in matchbox.to_source(reads_full_batch)
+    x = MaskedBatch.fromlist([torch.randn(1, 2, dtype=torch.float64) for _ in range(5)], (False,))
+    MEMORY["m"] = MaskedBatch.fromlist([torch.randn(1, 2, dtype=torch.float64) for _ in range(5)],
+                                       (False,))
+    got = reads_full_batch(x, depths())
+    plain = batch(reads_full_batch.__wrapped__, merge_calls=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(globals(), "reads_full_batch", plain)
+        want = plain(x, depths())
+    torch.testing.assert_close(got.padded_data, want.padded_data)
+    raw = reads_full_batch.__wrapped__
+    for k, (xk, nk, mk) in enumerate(zip(x.examples(), depths().examples(),
+                                         MEMORY["m"].examples())):
+        MEMORY["m"] = mk
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setitem(globals(), "reads_full_batch", raw)
+            torch.testing.assert_close(got.examples()[k], raw(xk, int(nk)))
