@@ -41,7 +41,8 @@ class Context:
         self.namer = Namer(fdef)
         self.runtime = self.namer.new("_mb")
         self.origin, self.fn_name, self.max_iterations = origin, fn_name, max_iterations
-        self.compact, self.merge_calls = compact, merge_calls
+        self.compact, self.merge_calls = compact or None, merge_calls
+        self.gather_branches = compact is not False  # compact=False: every branch masked
         # lines for the top of the rewritten source (why a rewrite was not made)
         self.notes = []
         # stores of loop temporaries, found before any pass moves statements
@@ -90,7 +91,9 @@ def batch(fn=None, *, max_iterations=None, compact=None, merge_calls=None):
     costs a gather and a scatter per variable per iteration.  A ``for``
     over ``x.unbind(d)`` (d dynamic) runs its steps on the examples that
     have them the same way, keeping its variables compacted between steps
-    (see docs/batch.md).
+    (see docs/batch.md).  The share also sets when a branch few examples
+    take runs gathered on them (by default a measured rule decides it);
+    ``compact=False`` keeps every branch masked.
 
     Consecutive calls of the function to itself that do not depend on
     each other (``a = f(left)`` then ``b = f(right)`` in a tree recursion)
@@ -109,7 +112,7 @@ def batch(fn=None, *, max_iterations=None, compact=None, merge_calls=None):
     if compact is not None and compact is not False and not (
             isinstance(compact, (int, float)) and 0 < compact <= 1):
         raise ValueError(f"@batch(compact=...) takes a share of lanes in (0, 1] or True, got {compact!r}")
-    compact = compact or None
+    compact = compact if compact is False else (compact or None)
     if fn is None:
         return functools.partial(batch, max_iterations=max_iterations, compact=compact,
                                  merge_calls=merge_calls)

@@ -11,16 +11,39 @@
 A Python-valued condition keeps Python semantics (``run`` is the bool); a
 per-example one narrows the active lanes for each branch and skips a branch
 no lane takes.  ``a if c else b`` -> ``_mb.if_exp(c, lambda: a, lambda: b)``.
+
+A branch that may run gathered on the lanes that take it (when few do:
+runtime/compaction.py decides at run time) names itself and the
+function's ``compact=`` share:
+
+    with _mb.if_true(cond, 'if branch at f.py:12 (in f)', None) as run:
+
+That is every branch whose body stores into no subscript (the store would
+reach a copy of the gathered rows) and calls no in-place method
+(``x.add_(v)``, ``inplace=True``); with the default ``compact=None`` only
+bodies heavy enough to pay for the gather: one that holds a loop or calls
+something other than a tensor method or a ``torch``/``F`` function (a
+module, a method of ``self``, a function).  ``compact=False``: none.
 """
 import gast
 
 from . import templates
+from .analysis import walk_scope
 from .passes import Pass
+
+# module-level names whose functions are single ops, not heavy bodies
+_OP_MODULES = {"torch", "F", "TF", "nn", "math", "np", "matchbox"}
+_BUILTINS = {"len", "int", "float", "bool", "abs", "min", "max", "range", "sum", "tuple", "list",
+             "zip", "enumerate", "reversed", "isinstance", "print", "round"}
 
 
 class _Conditionals(Pass):
     # a conditional expression inside a lambda is per example too
     visit_Lambda = gast.NodeTransformer.generic_visit
+
+    def __init__(self, ctx, lists=frozenset()):
+        super().__init__(ctx)
+        self.lists = lists
 
     def visit_If(self, node):
         self.generic_visit(node)
@@ -29,18 +52,31 @@ class _Conditionals(Pass):
         out = templates.replace(
             """
             cond = rt.cond(test)
-            with rt.if_true(cond) as run:
+            with rt.if_true(cond, gather) as run:
                 if run:
                     body
             """, node, rt=rt, cond=cond, run=run, test=node.test, body=node.body)
+        self._gather(out[1], node.body, node, "if")
         if node.orelse:
             out += templates.replace(
                 """
-                with rt.if_false(cond) as run:
+                with rt.if_false(cond, gather) as run:
                     if run:
                         orelse
                 """, node.orelse[0], rt=rt, cond=cond, run=run, orelse=node.orelse)
+            self._gather(out[-1], node.orelse, node, "else")
         return out
+
+    def _gather(self, with_node, body, node, kind):
+        """Fill in the ``gather`` arguments of a branch's ``with`` (none for
+        a branch that must stay masked)."""
+        call = with_node.items[0].context_expr
+        call.args = call.args[:1]
+        if not self.ctx.gather_branches or not _gatherable(body, self.ctx.runtime, self.lists) \
+                or self.ctx.compact is None and not _heavy(body, self.ctx.runtime):
+            return
+        where = f"{kind} branch at {self.ctx.origin.filename}:{node.lineno} (in {self.ctx.fn_name})"
+        call.args += [templates.constant(where), templates.constant(self.ctx.compact)]
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
@@ -50,4 +86,79 @@ class _Conditionals(Pass):
 
 
 def transform(fdef, ctx):
-    return _Conditionals.run(fdef, ctx)
+    lists = {t.id for n in gast.walk(fdef) if isinstance(n, gast.Assign)
+             and isinstance(n.value, (gast.List, gast.ListComp))
+             for t in n.targets if isinstance(t, gast.Name)}
+    return _Conditionals.run(fdef, ctx, frozenset(lists))
+
+
+# the runtime's per-example list operations: a list read for them stays whole
+_LIST_OPS = {"append", "extend", "insert", "pop", "getitem", "len_", "aug_assign", "cond"}
+
+
+def _runtime_call(n, rt):
+    return isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) \
+        and isinstance(n.func.value, gast.Name) and n.func.value.id == rt
+
+
+def _gatherable(body, rt, lists):
+    """Can ``body`` run on a gathered copy of its lanes?  Not if it stores
+    into a subscript, changes a value in place, or hands a per-example list
+    to anything but the runtime's list operations (``F.stack(out, 1)``
+    would stack every lane's items)."""
+    for n in walk_scope(body):
+        if isinstance(n, gast.Call) and not (_runtime_call(n, rt) and n.func.attr in _LIST_OPS):
+            for a in n.args + [k.value for k in n.keywords]:
+                if _runtime_call(a, rt) and a.func.attr == "read" and a.args:
+                    a = a.args[0]
+                if isinstance(a, gast.Name) and a.id in lists and not (
+                        _runtime_call(n, rt) and n.func.attr == "read"):
+                    return False
+        if isinstance(n, gast.Subscript) and not isinstance(n.ctx, gast.Load):
+            return False
+        if not isinstance(n, gast.Call):
+            continue
+        if _runtime_call(n, rt):
+            if n.func.attr == "setitem":
+                return False
+            continue
+        if isinstance(n.func, gast.Attribute) and n.func.attr.endswith("_") \
+                and not n.func.attr.endswith("__"):
+            return False  # x.add_(v), x.copy_(v)
+        if any(k.arg == "inplace" and not (isinstance(k.value, gast.Constant) and not k.value.value)
+               for k in n.keywords):
+            return False
+    return True
+
+
+def _root(expr, rt):
+    """The name an attribute chain starts from, through ``rt.read(...)``."""
+    while True:
+        if isinstance(expr, gast.Attribute):
+            expr = expr.value
+        elif _runtime_call(expr, rt) and expr.func.attr == "read" and expr.args:
+            expr = expr.args[0]
+        else:
+            return expr.id if isinstance(expr, gast.Name) else None
+
+
+def _heavy(body, rt):
+    """Does ``body`` hold a loop or call something heavier than one op?"""
+    for n in walk_scope(body):
+        if isinstance(n, gast.With) and _runtime_call(n.items[0].context_expr, rt) \
+                and n.items[0].context_expr.func.attr in ("for_loop", "while_loop"):
+            return True
+        if not isinstance(n, gast.Call) or _runtime_call(n, rt):
+            continue
+        func = n.func
+        if isinstance(func, gast.Name):
+            if func.id not in _BUILTINS:
+                return True   # helper(h), a module or function held in a variable
+        elif isinstance(func, gast.Attribute):
+            root = _root(func.value, rt)
+            if root == "self" or root is not None and root not in _OP_MODULES \
+                    and isinstance(func.value, gast.Attribute):
+                return True   # self.cell(x), model.encoder(x)
+        elif _runtime_call(func, rt) and func.func.attr == "read":
+            return True       # a callable local: cell(x, h)
+    return False

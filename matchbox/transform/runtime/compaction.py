@@ -232,3 +232,111 @@ class StepCompaction(Compaction):
             parts.append(data.new_zeros((rest.numel(),) + data.shape[1:]) if origin is None
                          else origin.padded_data.index_select(0, rest))
         return _new(torch.cat(parts).index_select(0, self.inverse), None, x.dims, bdim=x._bdim)
+
+
+# ------------------------------------------------------------------ branches
+# A per-example ``if`` whose body few lanes take runs gathered on those
+# lanes (:class:`BranchCompaction`) when its share of the lanes is at most
+# ``BRANCH_SHARE`` and the batch holds at least ``BRANCH_MIN_BATCH`` lanes
+# (``@batch(compact=s)`` sets the share to ``s`` and drops the minimum;
+# ``compact=False`` keeps every branch masked).  Measured on a 2-core CPU
+# (bench/branch_cost.py-style micro benchmark, forward + backward, float32,
+# torch threads 1; see docs/batch.md): gathering costs a fixed ~40-60 us per
+# branch (the ``nonzero`` and the rows bookkeeping) plus ~15 us per variable
+# read (``index_select``) and ~20 us per variable assigned (``index_copy``),
+# whatever the batch size; running a body masked instead costs its ops on
+# all B lanes plus the per-lane select of each assignment.  A body of one or
+# two pointwise ops never pays for it; a body that calls a module or a
+# function (the rare-word char LSTM, a Linear layer) breaks even at a share
+# near 0.5 at B = 16 and near 0.7 at B = 64; its saving at a share of 0.1
+# is 3-8x.  The rule gathers only bodies that call something or hold a loop
+# (decided when the function is rewritten, ``conditionals.py``), at a share
+# of 0.3 or less, so a mistaken guess costs little.
+BRANCH_SHARE = 0.3
+BRANCH_MIN_BATCH = 8
+
+_CODES = {}
+
+
+def codes_of(code):
+    """``function_codes(code)``, computed once per code object."""
+    out = _CODES.get(code)
+    if out is None:
+        out = _CODES[code] = function_codes(code)
+    return out
+
+
+def branch_compaction(lanes, n, share, code, description):
+    """The :class:`BranchCompaction` to run a branch with (its full-batch
+    ``lanes``, ``n`` of them), or None to run it masked: ``share`` is the
+    function's ``compact=`` (None: the measured rule above)."""
+    from ..._lanes import _COMPACT
+    B = lanes.numel()
+    if share is None:
+        if n > BRANCH_SHARE * B or B < BRANCH_MIN_BATCH:
+            return None
+    elif n > share * B:
+        return None
+    if _COMPACT.get() is not None:  # never inside another compaction
+        return None
+    return BranchCompaction(lanes, codes_of(code), description)
+
+
+class BranchCompaction(Compaction):
+    """A branch run on the ``n`` lanes that take it (``alive``): what the
+    branch's function reads is gathered to those rows, what it assigns is
+    written back into the full-batch value at once (``assign``), so after
+    the branch every variable holds all of its lanes."""
+
+    def _take(self, x):
+        from .values import Mixed
+        if type(x) is Mixed:  # the part that the branch's lanes hold (or raise, as masked)
+            x = x.resolve(self.alive)
+        return super()._take(x)
+
+    def assign(self, old, new, keep=True):
+        """``old = new`` in the branch: ``new`` (computed on the branch's
+        rows) written into ``old``'s rows of the branch."""
+        from .assign import _assign
+        from .values import Mixed, Undefined
+        if isinstance(new, tuple) and (isinstance(old, Undefined)
+                                       or isinstance(old, tuple) and len(old) == len(new)):
+            olds = old if isinstance(old, tuple) else (old,) * len(new)
+            return tuple(self.assign(o, v) for o, v in zip(olds, new))
+        new = _assign(self.take(old), new)  # (masked by a loop or branch inside this one)
+        if type(new) is Mixed:
+            out = old
+            for lanes, v in new.parts:
+                full = self.alive if lanes is None else self.lanes(lanes)
+                out = self._write(out, v, full)
+            return out
+        return self._write(old, new, self.alive)
+
+    @torch.enable_grad()   # each lane keeps its history, as in select
+    def _write(self, old, new, lanes):
+        from .assign import _mixed_assign
+        from .select import ShapeMismatch, select
+        from .values import Mixed, Undefined
+        if isinstance(old, Undefined) or old is None:
+            return self.expand(new) if self.compacted(new) else new
+        if self.compacted(old):
+            return new  # a loop temporary, bound (compacted) earlier in the branch
+        if type(old) is Mixed:
+            return _mixed_assign(lanes, old, self.expand(new) if self.compacted(new) else new)
+        if lanes is self.alive and type(new) is MaskedBatch and self.compacted(new) \
+                and type(old) is MaskedBatch and _plain(old) and _plain(new) \
+                and old.dims == new.dims and old._bdim == new._bdim \
+                and old.padded_data.shape[1:] == new.padded_data.shape[1:] \
+                and old.padded_data.dtype == new.padded_data.dtype:
+            return _new(old.padded_data.index_copy(0, self.rows, new.padded_data), None, old.dims,
+                        bdim=old._bdim)
+        if self.compacted(new):
+            new = self.expand(new)
+        try:
+            return select(lanes, new, old)
+        except ShapeMismatch:  # another shape in these lanes: each example keeps its own
+            return _mixed_assign(lanes, old, new)
+
+
+def _plain(x):
+    return x._mask is None and x._present is None and x._sizes is None

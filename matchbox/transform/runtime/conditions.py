@@ -5,14 +5,17 @@ bool Tensor ``(B,)`` of lanes where it holds; ``not_``/``and_``/``or_``
 combine tests lane by lane; ``if_true``/``if_false`` narrow the active
 lanes for a branch; ``if_exp`` is ``a if c else b`` per lane.
 """
-from contextlib import contextmanager
+import sys
 
 import torch
 
-from ..._lanes import _ACTIVE, active_lanes
+from ..._lanes import _ACTIVE, _COMPACT, active_lanes
 from ...core import MaskedBatch
 from .values import Undefined
+from .compaction import branch_compaction
 from .select import select
+
+_NONE = object()  # no compaction token to reset
 
 _new = MaskedBatch._new
 
@@ -111,41 +114,72 @@ def or_(a, b_thunk):
 
 # ------------------------------------------------------------------ branches
 def _narrow(c):
-    """Set the active lanes to the current ones AND ``c``; return the token
-    and whether any lane is active."""
+    """Set the active lanes to the current ones AND ``c``; return the token,
+    whether any lane is active and how many are."""
     outer = active_lanes()
     lanes = c if outer is None else _inside(outer & c, outer)
     n = int(lanes.sum())
     if outer is None and n == lanes.numel():
         lanes = None  # every lane takes the branch: no masking needed
-    return _ACTIVE.set(lanes), n > 0
+    return _ACTIVE.set(lanes), n > 0, n
 
 
-@contextmanager
-def if_true(c):
+class if_true:
     """Run the body (``with if_true(c) as run: if run: ...``) for the lanes
-    where ``c`` holds."""
-    if isinstance(c, bool):
-        yield c
-        return
-    token, run = _narrow(c)
-    try:
-        yield run
-    finally:
-        _ACTIVE.reset(token)
+    where ``c`` holds.
+
+    ``gather`` (the branch's description, for a branch that may run
+    gathered: ``conditionals.py`` decides which) lets the branch run on its
+    lanes only, gathered and scattered back (``compaction.BranchCompaction``),
+    when few lanes take it: ``share`` is ``@batch(compact=...)``'s share,
+    None for the measured rule (``compaction.branch_compaction``)."""
+
+    __slots__ = ("c", "gather", "share", "code", "token", "compact_token")
+
+    def __init__(self, c, gather=None, share=None):
+        self.c, self.gather, self.share = c, gather, share
+        self.code = sys._getframe(1).f_code if gather is not None else None
+
+    def _lanes(self):
+        return self.c
+
+    def __enter__(self):
+        c = self.c
+        if isinstance(c, bool):
+            self.token = None
+            return self._lanes()
+        self.compact_token = _NONE
+        c = self._lanes()
+        self.token, run, n = _narrow(c)
+        if run and self.gather is not None:
+            lanes = _ACTIVE.get()
+            comp = None if lanes is None else branch_compaction(
+                lanes, n, self.share, self.code, self.gather)
+            if comp is not None:
+                self.compact_token = _COMPACT.set(comp)
+                _ACTIVE.set(None)  # every gathered lane is active
+        return run
+
+    def __exit__(self, *exc):
+        if self.token is None and isinstance(self.c, bool):
+            return False
+        if self.compact_token is not _NONE:
+            _COMPACT.reset(self.compact_token)
+        _ACTIVE.reset(self.token)
+        return False
 
 
-@contextmanager
-def if_false(c):
+class if_false(if_true):
     """The ``else`` of :func:`if_true`."""
-    if isinstance(c, bool):
-        yield not c
-        return
-    token, run = _narrow(~c)
-    try:
-        yield run
-    finally:
-        _ACTIVE.reset(token)
+
+    __slots__ = ()
+
+    def __init__(self, c, gather=None, share=None):
+        self.c, self.gather, self.share = c, gather, share
+        self.code = sys._getframe(1).f_code if gather is not None else None
+
+    def _lanes(self):
+        return not self.c if isinstance(self.c, bool) else ~self.c
 
 
 def if_exp(c, body, orelse):
