@@ -715,26 +715,26 @@ class MaskedBatch:
         other = other.padded_data if isinstance(other, MaskedBatch) else other
         return self._with_data(self.padded_data.type_as(other))
 
-    def float(self):
-        return self._with_data(self.padded_data.float())
+    def float(self, memory_format=torch.preserve_format):
+        return self._with_data(self.padded_data.float(memory_format=memory_format))
 
-    def double(self):
-        return self._with_data(self.padded_data.double())
+    def double(self, memory_format=torch.preserve_format):
+        return self._with_data(self.padded_data.double(memory_format=memory_format))
 
-    def half(self):
-        return self._with_data(self.padded_data.half())
+    def half(self, memory_format=torch.preserve_format):
+        return self._with_data(self.padded_data.half(memory_format=memory_format))
 
-    def bfloat16(self):
-        return self._with_data(self.padded_data.bfloat16())
+    def bfloat16(self, memory_format=torch.preserve_format):
+        return self._with_data(self.padded_data.bfloat16(memory_format=memory_format))
 
-    def long(self):
-        return self._with_data(self.padded_data.long())
+    def long(self, memory_format=torch.preserve_format):
+        return self._with_data(self.padded_data.long(memory_format=memory_format))
 
-    def int(self):
-        return self._with_data(self.padded_data.int())
+    def int(self, memory_format=torch.preserve_format):
+        return self._with_data(self.padded_data.int(memory_format=memory_format))
 
-    def bool(self):
-        return self._with_data(self.padded_data.bool())
+    def bool(self, memory_format=torch.preserve_format):
+        return self._with_data(self.padded_data.bool(memory_format=memory_format))
 
     def contiguous(self, *args, **kwargs):
         return self._with_data(self.padded_data.contiguous(*args, **kwargs))

@@ -85,6 +85,8 @@ def register_distinct(*funcs):
 def func_name(func):
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
     mod = getattr(func, "__module__", None) or ""
+    if name.startswith("_VariableFunctionsClass."):  # torch.addmm and friends
+        name = name.split(".", 1)[1]
     if name.startswith("TensorBase.") or name.startswith("_TensorBase."):
         name = "Tensor." + name.split(".", 1)[1]
     if mod.startswith("torch.nn.functional"):

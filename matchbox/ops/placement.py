@@ -181,29 +181,33 @@ class Broadcast(_Adapter):
             args = tuple(_unplaced_one(a) for a in args)
             kwargs = {n: _unplaced_one(v) for n, v in kwargs.items()}
             k = None
+        if k is None:
+            # no operand has a batch-of-one dimension: the result has the rank
+            # of the operand with the most dims (a plain Tensor, maybe)
+            rank = max(a.dim() for a in list(args) + list(kwargs.values())
+                       if isinstance(a, (torch.Tensor, MaskedBatch)))
+            args = tuple(_with_rank(a, rank) for a in args)
+            kwargs = {n: _with_rank(v, rank) for n, v in kwargs.items()}
         args = tuple(_to_front(a, k, op) for a in args)
         kwargs = {n: _to_front(v, k, op) for n, v in kwargs.items()}
         out = rule(*args, **kwargs)
         if k is None:
-            # no operand has a batch-of-one dimension; a plain Tensor with more
-            # dims than the examples gives the result a leading dim there
-            rank = max((a.dim() for a in list(args) + list(kwargs.values())
-                        if isinstance(a, torch.Tensor)), default=0)
-            rank = max([rank] + [a.dim() - 1 for a in list(args) + list(kwargs.values()) if is_mb(a)])
-            return _label_none(out, rank, args)
+            return _label(out, None, args)
         return _label_from_end(out, k, args)
 
 
-def _label_none(out, rank, inputs):
-    """Label results of ops none of whose operands has a batch-of-one
-    dimension: none, unless the result has a leading size-1 dim that came
-    from a plain Tensor operand of ``rank`` dims (then that is it)."""
-    if is_mb(out):
-        return _label(out, 0 if out.padded_data.dim() == rank else None, inputs)
-    if isinstance(out, tuple):
-        items = [_label_none(o, rank, inputs) for o in out]
-        return _rebuilt(out, items)
-    return out
+def _with_rank(a, rank):
+    """A MaskedBatch operand with no batch-of-one dimension given leading
+    size-1 dims up to ``rank`` per example, as broadcasting would."""
+    if not is_mb(a) or a.dim() >= rank:
+        return a
+    k = rank - a.dim()
+    B = a.padded_data.size(0)
+    lead = (B,) + (1,) * k
+    mask = None if a._mask is None else a._mask.reshape(lead + a._mask.shape[1:])
+    sizes = None if a._sizes is None else {d + k: n for d, n in a._sizes.items()}
+    return MaskedBatch._new(a.padded_data.reshape(lead + a.padded_data.shape[1:]), mask,
+                            (False,) * k + a.dims, a._zero, None, a._present, sizes)
 
 
 def _label_from_end(out, k, inputs):
@@ -265,7 +269,8 @@ class Dims(_Adapter):
                 return rule(*args, **kwargs)
         named, all_dims = [], True
         if self.options.get("varargs"):  # flip(x, 0, 1) as well as flip(x, (0, 1))
-            dims = args[1:] if len(args) != 2 else args[1]
+            kwargs = dict(kwargs)
+            dims = kwargs.pop("dims") if "dims" in kwargs else args[1:] if len(args) != 2 else args[1]
             args = (x, tuple([dims] if isinstance(dims, int) else dims))
         if isinstance(kwargs.get("other"), (torch.Tensor, MaskedBatch)):  # max(x, other=y)
             return Broadcast()(func, rule, args, kwargs)
@@ -418,10 +423,12 @@ class Squeeze(_Adapter):
         dim, _ = self.arg(rule, args, kwargs, "dim")
         p = x._bdim
         if dim is None:  # every size-1 dim, the batch-of-one one too
-            static = tuple(storage_dim(x, u) for u in range(x.dim())
-                           if u != p and not x.dims[storage_dim(x, u) - 1]
-                           and x.padded_data.size(storage_dim(x, u)) == 1)
-            out = rule(relabel(x, 0), static) if static else relabel(x, 0)
+            # (a dynamic dim only where every example has size 1 there: the
+            # rule refuses one that is 1 in some examples only)
+            ones = tuple(storage_dim(x, u) for u in range(x.dim())
+                         if u != p and (x.dims[storage_dim(x, u) - 1]
+                                        or x.padded_data.size(storage_dim(x, u)) == 1))
+            out = rule(relabel(x, 0), ones) if ones else relabel(x, 0)
             return _label(out, None, (x,))
         us = sorted({_norm(x, d, op=op) for d in ([dim] if isinstance(dim, int) else dim)})
         drop = p in us

@@ -191,19 +191,18 @@ def t(x):
 
 
 def _mT(x):
-    if x.padded_data.dim() < 3:
-        raise ValueError("x.mT needs examples with at least 3 dims (leading 1 included) on a "
-                         "MaskedBatch, or it would move the leading 1; use x.transpose(d0, d1)")
-    return transpose(x, -2, -1)
+    if x.dim() < 2:
+        raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got "
+                           f"{x.dim()}-D tensor.")
+    return x.transpose(-2, -1)  # through dispatch: the batch-of-one dim may move (placement.py)
 
 
 def _T(x):
-    raise ValueError("x.T reverses all dims and would move each example's leading 1 (the batch "
-                     "dimension); use x.permute(0, ...) or x.transpose(d0, d1)")
+    return x.permute(*reversed(range(x.dim())))
 
 
 MaskedBatch.mT = property(_mT, doc="Swap the last two dims (a per-example transpose).")
-MaskedBatch.T = property(_T)
+MaskedBatch.T = property(_T, doc="All dims reversed, as ``Tensor.T``.")
 
 
 # ------------------------------------------------------------------ (un)squeeze

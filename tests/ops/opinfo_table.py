@@ -79,8 +79,6 @@ SKIP = {
 # Known rule bugs this test found and that are not fixed yet: case id ->
 # the bug.  A listed case is expected to fail; one that passes is reported.
 XFAIL = {
-    "flip": "torch.flip(x, dims=...): the placement adapter (ops/placement.py, Dims) takes "
-            "dims only positionally: TypeError",
     "std": "std over a dynamic dim of a length-1 example gives 0 where torch gives nan "
            "(var gives nan): ops/reduction.py",
     "std_mean": "as std: 0 where torch gives nan for a length-1 example",
@@ -88,14 +86,10 @@ XFAIL = {
                                    "inside the rule (ops/loss.py): RuntimeError from torch",
     "split": "split along a dynamic dim: examples have different numbers of chunks; the "
              "batch returns as many as the longest example instead of refusing",
-    "squeeze": "squeeze() with no dim over a dynamic dim: a length-1 example loses that dim "
-               "per example, not in the batch (wrong shape instead of an error)",
     "nn.functional.kl_div": "reduction='none' over a dynamic dim of examples with no "
                             "batch-of-one dim: wrong output shape",
     "norm.nuc": "nuclear norm with dim=None on examples with no batch-of-one dim crashes "
                 "(ops/reduction.py)",
-    "mT": "x.mT on examples with no batch-of-one dim adds a dim (MaskedBatch.mT ignores "
-          "batch_dim)",
     "polygamma.polygamma_n_0": "x.polygamma(n) hands (x, n) to the rule of "
                                "torch.polygamma(n, x): TypeError (ops/pointwise.py)",
     "nn.functional.embedding": "F.embedding(ids, weight) with a MaskedBatch weight: "
@@ -103,9 +97,6 @@ XFAIL = {
 }
 for _n in range(1, 5):
     XFAIL[f"polygamma.polygamma_n_{_n}"] = XFAIL["polygamma.polygamma_n_0"]
-for _cast in ("bfloat16", "bool", "double", "float", "half", "int", "long"):
-    XFAIL[_cast] = (f"x.{_cast}(memory_format=...): MaskedBatch.{_cast}() takes no "
-                    f"memory_format keyword (core.py): TypeError")
 
 
 def load_op_db():
@@ -151,9 +142,18 @@ def unruled_callable(opinfo):
     if ours(opinfo.op):
         for f in (opinfo.method_variant, opinfo.inplace_variant,
                   getattr(torch.Tensor, opinfo.name, None)):
+            if f is not None and not callable(f):  # a property: x.T, x.mH
+                return _attribute(opinfo.name)
             if f is not None and not ours(f):
                 return f
     return opinfo.op
+
+
+def _attribute(name):
+    def read(x):
+        return getattr(x, name)
+    read.__name__ = name
+    return read
 
 
 def _dtype(opinfo):
