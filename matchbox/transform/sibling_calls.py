@@ -25,7 +25,18 @@ source starts with a note saying why (``ctx.notes``, printed by
 Merged: two or more consecutive assignments ``target = f(args)`` whose
 ``f`` is the function itself (``name(...)`` or ``self.name(...)``), with
 positional arguments only, where no call's arguments or function read
-what an earlier one of them assigns.
+what an earlier one of them assigns.  And a loop over a node's children
+whose body is only ``lst.append(f(args))`` (n-ary trees), ``lst`` not read
+by the loop's iterable, target or call:
+
+    for c in kids:                calls = _mb.calls.SiblingLoop(f, auto)
+        hs.append(f(c))   ->      for c in kids:
+                                      calls.defer(hs, c)
+                                  calls.run()
+
+``defer`` records each iteration's arguments and active lanes; ``run``
+makes every iteration's call one stacked call and appends each part to
+``hs`` with the lanes it had, so ``hs`` ends as the loop would leave it.
 """
 import gast
 
@@ -75,11 +86,52 @@ class _Merger:
             assigned |= _names(s.targets[0])
         return run if len(run) > 1 else []
 
+    def _child_loop(self, stmt):
+        """The list and the call of ``for c in kids: lst.append(f(args))``."""
+        if not (isinstance(stmt, gast.For) and not stmt.orelse and len(stmt.body) == 1
+                and isinstance(stmt.body[0], gast.Expr)):
+            return None
+        append = stmt.body[0].value
+        if not (isinstance(append, gast.Call) and isinstance(append.func, gast.Attribute)
+                and append.func.attr == "append" and isinstance(append.func.value, gast.Name)
+                and len(append.args) == 1 and not append.keywords):
+            return None
+        lst, call = append.func.value.id, append.args[0]
+        if not (isinstance(call, gast.Call) and self._recursive_call(
+                gast.Assign(targets=[gast.Name(id="_", ctx=gast.Store(), annotation=None,
+                                               type_comment=None)], value=call))):
+            return None
+        if lst in _names(stmt.iter) | _names(call) | _names(stmt.target):
+            return None
+        return append.func.value, call
+
+    def _merged_loop(self, loop, lst, call):
+        """``for c in kids: lst.append(f(args))`` -> the calls recorded in
+        the loop, run as one after it (runtime ``SiblingLoop``)."""
+        calls = self.ctx.namer.new("child_calls")
+        start, end = templates.replace(
+            """
+            calls = rt.calls.SiblingLoop(f, auto)
+            calls.run()
+            """, loop, calls=calls, rt=self.ctx.runtime, f=call.func,
+            auto=gast.Constant(value=self.auto, kind=None))
+        defer = templates.replace_as_expression("calls.defer(lst)", loop.body[0], calls=calls,
+                                                lst=lst)
+        defer.args += call.args
+        loop.body[0].value = defer
+        return [start, loop, end]
+
     def statements(self, stmts, merge):
         """``stmts`` with each run of sibling calls merged (``merge``), and
         whether there was one."""
         out, i, found = [], 0, False
         while i < len(stmts):
+            loop = self._child_loop(stmts[i])
+            if loop:
+                found = True
+                out += self._merged_loop(stmts[i], *loop) if merge else [stmts[i]]
+                i += 1
+                continue
             run = self._run(stmts, i)
             found |= bool(run)
             if run and merge:

@@ -4,6 +4,7 @@ cannot make that change what an example computes (transform/effects.py),
 and leaves them as plain calls, with a note in ``to_source``, when they
 could.  ``merge_calls=True/False`` force it on or off."""
 import inspect
+import random
 
 import pytest
 import torch
@@ -84,9 +85,9 @@ def test_merged_by_default_equals_per_example(f, lengths):
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("B", (1, 6))
+@pytest.mark.parametrize("B", (1, 6, 24))
 def test_default_tree_recursion_equals_per_example(seed, B):
-    left, right, feats, root = tree_batch(B, seed)
+    left, right, feats, root = tree_batch(B, seed, max_leaves=3 if B > 8 else 5)
     mb_test(encode, left, right, feats, root, (H,), dtype=torch.float64, seed=seed)
 
 
@@ -263,3 +264,84 @@ def test_stacked_call_that_fails_runs_unmerged():
         with pytest.MonkeyPatch.context() as mp:
             mp.setitem(globals(), "reads_full_batch", raw)
             torch.testing.assert_close(got.examples()[k], raw(xk, int(nk)))
+
+
+# ------------------------------------------------------------------ n-ary: a loop over children
+K = 3   # most children a node has
+
+
+def nary(kids, nkids, feats, i):
+    """A node's state from its own features and the sum of its children's."""
+    x = feats[:, i][:, 0]                        # (1, H)
+    n = nkids[:, i][:, 0]                        # (1,) number of children
+    if n <= 0:
+        return torch.tanh(x)
+    hs = []
+    for j in range(n):
+        hs.append(nary(kids, nkids, feats, kids[:, i][:, 0][:, j]))
+    return torch.tanh(x + mF.stack(hs, 1).sum(1))
+
+
+# branch gathering (runtime BranchCompaction) off: at batch >= 8 it gathers
+# the recursion's branch, where lists appended to and stacked do not work yet
+nary_masked = batch(nary, compact=False)
+nary = batch(nary)
+
+
+def nary_batch(B, seed):
+    """Random trees of 1..12 nodes with 1..K children per inner node, as
+    per-example (1, n, K) child ids, (1, n) child counts, (1, n, H) features."""
+    rng = random.Random(seed)
+    ks, ns, fs, roots = [], [], [], []
+    for b in range(B):
+        kids, counts = [], []
+
+        def build(budget):
+            k = len(kids)
+            kids.append([0] * K)
+            counts.append(0)
+            if budget > 1:
+                m = rng.randint(1, min(K, budget - 1))
+                for c in range(m):
+                    kids[k][c] = build(max(1, (budget - 1) // m))
+                counts[k] = m
+            return k
+        build(1 if b == 0 else rng.randint(1, 12))
+        ks.append(torch.tensor([kids]))
+        ns.append(torch.tensor([counts]))
+        fs.append(torch.randn(1, len(counts), H, dtype=torch.float64))
+        roots.append(torch.tensor([0]))
+    return (MaskedBatch.fromlist(ks, (True, False)), MaskedBatch.fromlist(ns, (True,)),
+            MaskedBatch.fromlist(fs, (True, False)), MaskedBatch.fromlist(roots, ()))
+
+
+def test_child_loop_is_merged():
+    src = matchbox.to_source(nary)
+    assert "SiblingLoop(nary, True)" in src and ".defer(" in src and "not merged" not in src
+    assert "SiblingLoop" not in matchbox.to_source(batch(nary.__wrapped__, merge_calls=False))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("B", (1, 6, 16))
+def test_nary_recursion_equals_per_example(B, seed, monkeypatch):
+    f = nary if B < 8 else nary_masked
+    monkeypatch.setitem(globals(), "nary", f)     # what the recursion calls
+    mb_test(f, *nary_batch(B, seed), dtype=torch.float64, seed=seed)
+
+
+def test_child_loop_runs_one_call_per_depth(monkeypatch):
+    from matchbox.transform.runtime import calls
+    runs = []
+    merged = calls.SiblingLoop._merged
+    monkeypatch.setattr(calls.SiblingLoop, "_merged",
+                        lambda self, *a: runs.append(1) or merged(self, *a))
+    monkeypatch.setitem(globals(), "nary", nary_masked)
+    kids, counts, feats, root = nary_batch(16, 0)
+    nary_masked(kids, counts, feats, root)
+    height = 0
+    for k, n in zip(kids.examples(), counts.examples()):
+        def depth(i):
+            m = int(n[0, i])
+            return 0 if m == 0 else 1 + max(depth(int(k[0, i, c])) for c in range(m))
+        height = max(height, depth(0))
+    assert 0 < len(runs) <= height

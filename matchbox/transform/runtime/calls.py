@@ -1,9 +1,12 @@
 """Sibling recursive calls run as one call (see transform/sibling_calls.py)."""
+import sys
+
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, _Slot
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows, uncut
+from .lists import _append_owned
 from .values import Mixed
 
 _new = MaskedBatch._new
@@ -38,13 +41,12 @@ def sibling_calls(f, *calls, auto=False):
             _stackable([args[j] for args in calls], B) for j in range(len(calls[0]))):
         return tuple(f(*args) for args in calls)
     rows = None if lanes is None else lanes.nonzero().squeeze(1)
-    n = B if rows is None else rows.numel()
-    stacked = [_stacked([args[j] for args in calls], rows) if type(calls[0][j]) is MaskedBatch
-               else calls[0][j] for j in range(len(calls[0]))]
+    stacked = [_stacked([args[j] for args in calls], [rows] * len(calls))
+               if type(calls[0][j]) is MaskedBatch else calls[0][j] for j in range(len(calls[0]))]
     active, compact = _ACTIVE.set(None), _COMPACT.set(None)
     try:
         out = f(*stacked)
-        return _unstacked(out, rows, n, B, len(calls))
+        return _unstacked(out, [rows] * len(calls), B)
     except Exception:
         if not auto:
             raise
@@ -56,6 +58,84 @@ def sibling_calls(f, *calls, auto=False):
         return tuple(f(*args) for args in calls)
     finally:
         _UNMERGED.reset(token)
+
+
+class SiblingLoop:
+    """The recursive calls of a loop over a node's children,
+    ``for c in kids: hs.append(f(c))``, run as ONE call after the loop:
+    ``defer(hs, *args)`` records each iteration's arguments and active
+    lanes, ``run()`` stacks every call's active lanes, calls ``f`` once and
+    appends each call's part to its list with the lanes it had, as the
+    loop would have (see sibling_calls.py).  Calls that do not stack run
+    one by one, at ``run``, with their own lanes."""
+
+    def __init__(self, f, auto=False):
+        self.f, self.auto, self.pending = f, auto, []
+
+    def defer(self, lst, *args):
+        comp = _owned_compaction()
+        if _UNMERGED.get() or not any(type(a) is MaskedBatch for a in args):
+            return _append_owned(lst, _call(self.f, args, _ACTIVE.get()), comp)
+        self.pending.append((lst, args, _ACTIVE.get(), comp))
+
+    def run(self):
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        calls = [args for _, args, _, _ in pending]
+        B = next(a._data.size(0) for a in calls[0] if type(a) is MaskedBatch)
+        results = None
+        if len(pending) > 1 and len({len(args) for args in calls}) == 1 and all(
+                _stackable([args[j] for args in calls], B) for j in range(len(calls[0]))):
+            results = self._merged(pending, calls, B)
+        if results is None:
+            token = _UNMERGED.set(True) if len(pending) > 1 else _UNMERGED.get()
+            try:
+                results = [_call(self.f, args, lanes) for _, args, lanes, _ in pending]
+            finally:
+                _UNMERGED.reset(token)
+        for (lst, _, lanes, comp), r in zip(pending, results):
+            active = _ACTIVE.set(lanes)
+            try:
+                _append_owned(lst, r, comp)
+            finally:
+                _ACTIVE.reset(active)
+
+    def _merged(self, pending, calls, B):
+        parts = [None if lanes is None else lanes.nonzero().squeeze(1)
+                 for _, _, lanes, _ in pending]
+        stacked = [_stacked([args[j] for args in calls], parts)
+                   if type(calls[0][j]) is MaskedBatch else calls[0][j]
+                   for j in range(len(calls[0]))]
+        active, compact = _ACTIVE.set(None), _COMPACT.set(None)
+        try:
+            return _unstacked(self.f(*stacked), parts, B)
+        except Exception:
+            if not self.auto:
+                raise
+            return None
+        finally:
+            _COMPACT.reset(compact)
+            _ACTIVE.reset(active)
+
+
+def _call(f, args, lanes):
+    """``f(*args)`` with ``lanes`` active, as called in the loop; a
+    compaction around the loop (a gathered branch) already gathered the
+    arguments, so ``f`` (the same function: its code would claim that
+    compaction) runs outside it, as the stacked call does."""
+    active, compact = _ACTIVE.set(lanes), _COMPACT.set(None)
+    try:
+        return f(*args)
+    finally:
+        _COMPACT.reset(compact)
+        _ACTIVE.reset(active)
+
+
+def _owned_compaction():
+    """The compaction that the code calling ``SiblingLoop.defer`` runs under."""
+    comp = _COMPACT.get()
+    return comp if comp is not None and sys._getframe(2).f_code in comp.codes else None
 
 
 def _stackable(values, B):
@@ -70,34 +150,39 @@ def _stackable(values, B):
         and (a._mask is None or a._mask.shape == b._mask.shape) for b in values)
 
 
-def _stacked(values, rows):
-    """The rows ``rows`` (None: all; the active lanes, so a read's cut of
-    the dormant ones is not needed: ``uncut``) of each value, one after
-    the other."""
+def _stacked(values, parts):
+    """The rows ``parts[k]`` (None: all; the active lanes, so a read's cut
+    of the dormant ones is not needed: ``uncut``) of each value ``k``, one
+    after the other."""
     def pick(xs):
         if xs[0] is None:
             return None
-        if rows is None:
+        if all(rows is None for rows in parts):
             return torch.cat(xs)
-        if all(x is xs[0] for x in xs):
-            return xs[0].index_select(0, rows.repeat(len(xs)))
-        return torch.cat([x.index_select(0, rows) for x in xs])
+        if all(x is xs[0] for x in xs) and all(rows is parts[0] for rows in parts):
+            return xs[0].index_select(0, parts[0].repeat(len(xs)))
+        return torch.cat([x if rows is None else x.index_select(0, rows)
+                          for x, rows in zip(xs, parts)])
     a = values[0]
     return _new(pick([uncut(v) for v in values]), pick([v._mask for v in values]), a.dims,
                 bdim=a._bdim)
 
 
-def _unstacked(out, rows, n, B, k):
-    """Split a result of the stacked call into the ``k`` calls' results,
-    back at batch size ``B`` (rows outside ``rows`` are 0: the caller keeps
-    only its active lanes)."""
+def _unstacked(out, parts, B):
+    """Split a result of the stacked call into the calls' results, back at
+    batch size ``B``: ``parts`` holds each call's rows (None: all ``B``;
+    rows outside a call's are 0: the caller keeps only its active lanes)."""
+    k = len(parts)
     if isinstance(out, tuple):
-        parts = [_unstacked(o, rows, n, B, k) for o in out]
-        return tuple(tuple(p[i] for p in parts) for i in range(k))
-    if type(out) is MaskedBatch and out._data.size(0) == k * n:
+        split = [_unstacked(o, parts, B) for o in out]
+        return tuple(tuple(p[i] for p in split) for i in range(k))
+    sizes = [B if rows is None else rows.numel() for rows in parts]
+    if type(out) is MaskedBatch and out._data.size(0) == sum(sizes):
+        starts = [sum(sizes[:i]) for i in range(k)]
+
         def part(x, i):
-            x = x[i * n:(i + 1) * n]
-            return x if rows is None else scatter_rows(x, rows, B)
+            x = x[starts[i]:starts[i] + sizes[i]]
+            return x if parts[i] is None else scatter_rows(x, parts[i], B)
         mask = out._mask
         return tuple(_new(part(out.padded_data, i), None if mask is None else part(mask, i),
                           out.dims, bdim=out._bdim) for i in range(k))
