@@ -28,16 +28,28 @@ _new = MaskedBatch._new
 
 
 # An item that @batch's ``append`` stores in a list is a MaskedBatch tagged
-# with ``_listed = (presence, counts, full)``: the lanes in which the item
-# exists, and, on the list's last item only, each lane's list length so far
-# and (None if unknown) the lanes whose list holds every item (_ALL: all).
+# with ``_listed = (presence, counts, full, length)``: the lanes in which
+# the item exists, and, on the list's last item only, each lane's list
+# length so far, (None if unknown) the lanes whose list holds every item
+# (_ALL: all), and the Python length of the list those counts describe (a
+# list made otherwise, e.g. ``a + b``, is not the one: its counts are
+# recomputed from its items).
 def _listed(x):
     return getattr(x, "_listed", None) if isinstance(x, MaskedBatch) else None
 
 
-def _tag(x, presence, counts=None, full=None):
-    x._listed = (presence, counts, full)
+def _tag(x, presence, counts=None, full=None, length=None):
+    x._listed = (presence, counts, full, length)
     return x
+
+
+def _counts(lst):
+    """The per-lane lengths recorded on ``lst``'s last item, if they
+    describe ``lst`` (None otherwise)."""
+    tag = _listed(lst[-1]) if lst else None
+    if tag is not None and tag[1] is not None and tag[3] == len(lst):
+        return tag[1]
+    return None
 
 
 def _in_lanes(v, lanes, like=None):
@@ -56,9 +68,11 @@ def _in_lanes(v, lanes, like=None):
 def _lane_counts(lst, B, device):
     """Per-lane lengths of ``lst``: read off its last item, else (a list
     whose examples hold every item) its length in every lane."""
-    tag = _listed(lst[-1]) if lst else None
-    if tag is not None and tag[1] is not None:
-        return tag[1]
+    counts = _counts(lst) if lst else None
+    if counts is None and lst and _listed(lst[-1]) is not None:
+        counts = _layout(lst)
+    if counts is not None:
+        return counts
     return torch.full((B,), len(lst), dtype=torch.long, device=device)
 
 
@@ -118,13 +132,14 @@ def _append(lst, value):
         lanes = torch.ones_like(last[0])
     counts = _lane_counts(lst, lanes.size(0), lanes.device)
     grown = counts + lanes.long()
-    if last is None or (last[2] is not None and _within(own, last[2])) \
+    if last is None or (last[2] is not None and last[3] == len(lst) and _within(own, last[2])) \
             or bool(((counts == len(lst)) | ~lanes).all()):
         # every active lane holds every item so far (a loop over a dynamic
         # dim, the common case): the value is a new last item.  Known
         # without reading the device when the lanes lie within the last
         # append's (the next iteration of the loop that made them).
-        lst.append(_tag(_in_lanes(value, lanes, lst[0] if lst else None), lanes, grown, own))
+        lst.append(_tag(_in_lanes(value, lanes, lst[0] if lst else None), lanes, grown, own,
+                        len(lst) + 1))
         return None
     active_counts = counts[lanes]
     if active_counts.numel() == 0:
@@ -140,7 +155,7 @@ def _append(lst, value):
             lst[k] = _tag(select(sel, value, old), held | sel)
         else:
             lst.append(_in_lanes(value, sel, lst[0] if lst else None))
-    lst[-1] = _tag(lst[-1], _listed(lst[-1])[0], grown)
+    lst[-1] = _tag(lst[-1], _listed(lst[-1])[0], grown, length=len(lst))
     return None
 
 
@@ -165,9 +180,8 @@ def _layout(lst):
     when every example holds every item (a plain list)."""
     if not lst:
         return None
-    tag = _listed(lst[-1])
-    if tag is not None and tag[1] is not None:
-        return tag[1]
+    if _counts(lst) is not None:
+        return _counts(lst)
     holds = [_holds(v) for v in lst]
     ref = next((h for h in holds if h is not None), None)
     if ref is None:
@@ -182,7 +196,7 @@ def _layout(lst):
     else:  # move each example's items to the front, in order
         order = torch.argsort((~P).to(torch.int8), dim=1, stable=True)
         lst[:] = _rebuilt(lst, [order[:, k] for k in range(int(counts.max()))], counts)
-    lst[-1] = _tag(lst[-1], _listed(lst[-1])[0], counts)
+    lst[-1] = _tag(lst[-1], _listed(lst[-1])[0], counts, length=len(lst))
     return counts
 
 
@@ -310,7 +324,7 @@ def pop(lst, *args):
     del lst[n:]
     if lst:
         last = lst[-1] if _listed(lst[-1]) is not None else _in_lanes(lst[-1], n - 1 < left, lst[0])
-        lst[-1] = _tag(last, _listed(last)[0], left)
+        lst[-1] = _tag(last, _listed(last)[0], left, length=len(lst))
     return _result(value, comp, lanes is None)
 
 
@@ -345,7 +359,7 @@ def _sliced(lst, sl, counts):
     new_counts = torch.tensor(lengths, dtype=torch.long, device=counts.device)
     out = _rebuilt(lst, list(src.unbind(1)), new_counts)
     if out and min(lengths) != n:
-        out[-1] = _tag(out[-1], _listed(out[-1])[0], new_counts)
+        out[-1] = _tag(out[-1], _listed(out[-1])[0], new_counts, length=len(out))
     elif out:   # every example's slice has n items: a plain list
         out = [_result(_untagged(v), None, True) for v in out]
     return out
