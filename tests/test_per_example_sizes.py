@@ -139,3 +139,16 @@ def test_new_tensor_and_legacy_new(B, lengths):
     assert x.new(x.size(0), x.size(-1)).batch_size == B      # the original's README RNN state
     assert torch.equal(x.new([2.0, 3.0]), torch.tensor([2.0, 3.0], dtype=D))
     assert type(x.new_tensor([1.0, 2.0])) is torch.Tensor and x.new_tensor([1.0]).batch_size == B
+
+
+@matchbox.batch
+def _made_with_sizes(x):
+    n = x.size(1)
+    h = torch.zeros(1, n)                   # (1, n): the batch-of-one dim, then n
+    z = torch.ones((n, 2)) * 3              # (n, 2): no batch-of-one dim
+    return h + x.sum(2), z.sum(0), torch.full((1, n), 2.0) * x.sum(2)
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_constructors_with_a_per_example_size(lengths):
+    mb_test(_made_with_sizes, (4, (True, 5), (False, 3)), lengths=lengths)

@@ -8,7 +8,7 @@ does not define (checked at import).
 """
 import torch
 
-from ..core import MaskedBatch, storage_dim
+from ..core import MaskedBatch, mask_from_lengths, storage_dim
 from ._registry import is_mb, new, register_distinct
 
 HELPERS = {}
@@ -156,3 +156,52 @@ def legacy_new(input, *args, **kwargs):
     if len(args) == 1:
         return new_tensor(input, args[0], **kwargs)
     return input.padded_data.new(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ sizes that differ per example
+def _sized(fill, name):
+    """``torch.<name>(*size)`` where some sizes are per-example ints (a
+    MaskedBatch of one int per example, as ``x.size(1)`` gives under
+    @batch): each example gets its own shape, the dims with per-example
+    sizes dynamic.  A leading size of 1 is each example's batch-of-one
+    dimension, as ``x.view(1, -1)`` makes it."""
+    def rule(*size, fill_value=None, out=None, dtype=None, layout=None, device=None,
+             requires_grad=False, pin_memory=False, memory_format=None):
+        if name == "full":  # torch.full(size, fill_value)
+            size, fill_value = (size[0], size[1]) if len(size) == 2 else (size[0], fill_value)
+        if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+            size = tuple(size[0])
+        if out is not None:
+            raise NotImplementedError(f"torch.{name}: out= is not supported with per-example sizes")
+        per = [s for s in size if is_mb(s)]
+        B = per[0].padded_data.size(0)
+        if any(s.dim() != 0 or s.padded_data.dim() != 1 for s in per):
+            raise ValueError(f"torch.{name}: a per-example size must be one int per example")
+        bdim = 0 if type(size[0]) is int and size[0] == 1 else None
+        dims, lengths, shape = [], {}, [B]
+        for i, s in enumerate(size):
+            if bdim == 0 and i == 0:
+                continue
+            if is_mb(s):
+                n = s.padded_data.long()
+                lengths[len(shape)] = n
+                shape.append(int(n.max()) if n.numel() else 0)
+            else:
+                shape.append(int(s))
+            dims.append(is_mb(s))
+        device = device or per[0].padded_data.device
+        if dtype is None and name != "full":
+            dtype = torch.get_default_dtype()
+        value = (0 if fill_value is None else fill_value) if fill is None else fill
+        data = torch.full(shape, value, dtype=dtype, device=device)
+        if name == "empty":
+            data = torch.empty(shape, dtype=dtype, device=device)
+        data.requires_grad_(requires_grad)
+        mask = mask_from_lengths(lengths, data.shape, tuple(dims))
+        return new(data, mask, tuple(dims), zero=value == 0 and name != "empty", bdim=bdim)
+    rule.__name__ = rule.__qualname__ = name
+    return rule
+
+
+for _name, _fill in (("zeros", 0), ("ones", 1), ("empty", None), ("full", None)):
+    register_distinct(getattr(torch, _name))(_sized(_fill, _name))

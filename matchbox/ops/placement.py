@@ -783,7 +783,7 @@ _declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.prelu, F.bil
          torch.bilinear)
 _declare(Rowwise(trailing=2), torch.tril, T.tril, torch.triu, T.triu)
 _declare_module(Broadcast(), "matchbox.ops.pointwise")
-_declare(Own(), F.multi_head_attention_forward)
+_declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.empty, torch.full)
 _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
          torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)
 _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))
