@@ -8,6 +8,7 @@ import torch.nn as nn
 
 import matchbox
 from matchbox import MaskedBatch
+from matchbox.test_utils import mb_test
 
 
 # ---------------------------------------------------------------- the shift-reduce parser
@@ -70,3 +71,75 @@ def test_shift_reduce_parser(lengths):
         torch.testing.assert_close(got, y, msg=f"example {i}")
     for i, (g, got) in enumerate(zip(grads, batch.grad.examples())):
         torch.testing.assert_close(got, g, msg=f"gradient of example {i}")
+
+
+# ---------------------------------------------------------------- for word in words
+# The slides "Imperative Deep Learning": an RNN written for one sentence
+# `words`, a (n, d) sequence with no batch dimension.
+_RNN = nn.RNNCell(3, 4).double()
+
+
+def rnn_unit(word, h):
+    return _RNN(word, h)
+
+
+@matchbox.batch
+def run_rnn(words, h0):
+    h = h0
+    for word in words:
+        h = rnn_unit(word, h)
+    return h
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_for_word_in_words(lengths):
+    mb_test(run_rnn, (4, (True, 5), (False, 3)), (4,), batch_dim=None, lengths=lengths,
+            dtype=torch.float64, params=list(_RNN.parameters()))
+
+
+# ---------------------------------------------------------------- while x > 0
+# "x is a batch of scalars"
+@matchbox.batch
+def countdown(x):
+    while x > 0:
+        x = x - 1
+    return x
+
+
+def test_while_x_greater_than_zero():
+    xs = [torch.tensor(float(v)) for v in (3, 0, 7, -2, 1)]
+    out = countdown(MaskedBatch.fromlist(xs, batch_dim=None))
+    assert [e.item() for e in out.examples()] == [countdown(x).item() for x in xs]
+
+
+# ---------------------------------------------------------------- BiRNN
+# The slide "How Matchbox Works", with `F` the library's functional module.
+F = matchbox.functional
+
+
+class BiRNN(nn.Module):
+    def __init__(self, size):
+        super().__init__()
+        self.fwd = nn.RNNCell(size, size)
+        self.bwd = nn.RNNCell(size, size)
+
+    @matchbox.batch
+    def forward(self, x):
+        h = h0 = x.batch_zeros(x.size(-1))
+        fwd, bwd = [], []
+        for xt in x.unbind(1):
+            h = self.fwd(xt, h)
+            fwd.append(h)
+        fwd = F.stack(fwd, 1)
+        h = h0
+        for xt in reversed(x.unbind(1)):
+            h = self.bwd(xt, h)
+            bwd.append(h)
+        bwd = F.stack(reversed(bwd), 1)
+        return F.cat((fwd, bwd), 2)
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_birnn(lengths):
+    torch.manual_seed(0)
+    mb_test(BiRNN(3).double(), (4, (True, 6), (False, 3)), lengths=lengths)
