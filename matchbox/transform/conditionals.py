@@ -87,9 +87,17 @@ class _Conditionals(Pass):
 
 def transform(fdef, ctx):
     lists = {t.id for n in gast.walk(fdef) if isinstance(n, gast.Assign)
-             and isinstance(n.value, (gast.List, gast.ListComp))
+             and _makes_list(n.value, ctx.runtime)
              for t in n.targets if isinstance(t, gast.Name)}
     return _Conditionals.run(fdef, ctx, frozenset(lists))
+
+
+def _makes_list(value, rt):
+    """``[...]``, a list comprehension, or either as the new value of the
+    assignments pass's ``_mb.assign(old, new)``."""
+    if _runtime_call(value, rt) and value.func.attr == "assign" and len(value.args) == 2:
+        value = value.args[1]
+    return isinstance(value, (gast.List, gast.ListComp))
 
 
 # the runtime's per-example list operations: a list read for them stays whole

@@ -250,3 +250,28 @@ def test_in_loop_compaction_branches_stay_masked(gathered):
                 h = h + 1.0
         return h
     mb_test(batch(loop, compact=0.5), SCALAR, SCALAR, dtype=torch.float64)
+
+
+_HEAVY = nn.Linear(3, 3).double()
+
+
+def _stacked_in_branch(x, n):
+    if n > 0:
+        hs = []
+        for j in range(n):
+            hs.append(torch.tanh(_HEAVY(x * j)))
+        y = x + F.stack(hs, 1).sum(1)
+    else:
+        y = x * 1.0
+    return y
+
+
+def test_list_made_and_stacked_in_a_rare_branch():
+    """A list the branch makes and hands to F.stack keeps the branch masked
+    (the list is read whole), at a batch size the measured rule gathers."""
+    B = 16
+    xs = [torch.randn(1, 3, dtype=torch.float64) for _ in range(B)]
+    ns = [torch.tensor(2 if i < 2 else 0) for i in range(B)]
+    mb_test(batch(_stacked_in_branch), MaskedBatch.fromlist(xs),
+            MaskedBatch.fromlist(ns, batch_dim=None), dtype=torch.float64,
+            params=list(_HEAVY.parameters()))
