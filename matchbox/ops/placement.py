@@ -319,6 +319,16 @@ class Loss(_Adapter):
         p = x._bdim if is_mb(x) else 0
         op = func
         moved = False
+        if p != 0 and red == "batchmean" and x.dim() > 0:
+            # 'batchmean' divides by size(0) of each example, its own first dim here
+            s = storage_dim(x, 0)
+            n = x._lengths(s) if x.dims[s - 1] else x.padded_data.size(s)
+            _, i = self.arg(rule, args, kwargs, "reduction")
+            args, kwargs = self.replace(args, kwargs, "reduction", i, "sum")
+            total = self(func, rule, args, kwargs)
+            if torch.is_tensor(n):
+                n = MaskedBatch._new(n.to(total.dtype), None, (), bdim=None)
+            return total / n
         if p != 0:
             if p is not None:
                 if self.options.get("classes") or any(

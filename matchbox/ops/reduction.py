@@ -214,7 +214,7 @@ def _var_args(op, args, kwargs):
 def _sqrt(v):
     """sqrt with torch.std's gradient convention: zero gradient where the value is 0."""
     pos = v > 0
-    return torch.where(pos, torch.where(pos, v, 1.0).sqrt(), 0.0)
+    return torch.where(pos, torch.where(pos, v, 1.0).sqrt(), v * 0)  # NaN (too few entries) stays
 
 
 def _var_family(fn, root, with_mean):

@@ -79,9 +79,6 @@ SKIP = {
 # Known rule bugs this test found and that are not fixed yet: case id ->
 # the bug.  A listed case is expected to fail; one that passes is reported.
 XFAIL = {
-    "std": "std over a dynamic dim of a length-1 example gives 0 where torch gives nan "
-           "(var gives nan): ops/reduction.py",
-    "std_mean": "as std: 0 where torch gives nan for a length-1 example",
     "nn.functional.cross_entropy": "probability (soft) targets, (C,) per example, crash "
                                    "inside the rule (ops/loss.py): RuntimeError from torch",
     "split": "split along a dynamic dim: examples have different numbers of chunks; the "
