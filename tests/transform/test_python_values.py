@@ -166,3 +166,22 @@ def test_item_in_undecorated_helper_names_it():
     with pytest.raises(TypeError, match=r"helper_reading_item .*inside @batch function "
                                         r"calls_an_undecorated_helper.*decorate it"):
         calls_an_undecorated_helper(_batch([1, 2]))
+
+
+@matchbox.batch
+def _reversed_lists(x):
+    out = []
+    for t in reversed(x.unbind(1)):
+        out.append(t * 2)
+    r = out[::-1]
+    first = r[0]
+    last = r.pop()
+    return F.stack(out[::-1], 1), last, first, F.stack(list(reversed(out)), 1)
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_reversed_per_example_lists(lengths):
+    """lst[::-1] and reversed(lst) of lists whose examples hold different
+    items: each example's own list reversed (items in reverse order, each
+    still held by its lanes), then read per lane and stacked."""
+    mb_test(_reversed_lists, (4, (True, 5), (False, 3)), lengths=lengths, dtype=torch.float64)

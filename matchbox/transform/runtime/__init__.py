@@ -21,7 +21,7 @@ One concern per module:
 - :mod:`.loops`: ``while_loop``, ``for_loop`` (and :mod:`.compaction`,
   what ``@batch(compact=...)`` runs them with)
 - :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``
-- :mod:`.calls`: ``sibling_calls`` (``@batch(merge_calls=True)``)
+- :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls)
 """
 from .assign import aug_assign, assign, read, setattr_, setitem
 from .calls import sibling_calls

@@ -334,6 +334,9 @@ def getitem(obj, key):
     if type(obj) is not list:
         return obj[key]
     lanes, comp = _lanes_now()
+    if type(key) is slice and key.start is None and key.stop is None and key.step == -1:
+        out = _reversed(obj)
+        return out if comp is None else [comp.take(v) for v in out]
     if type(key) is slice:
         counts = _layout(obj)
         if counts is None:
@@ -379,7 +382,17 @@ def list_len(lst):
 
 def reversed_list(lst):
     """``reversed(lst)``: each example's own list, reversed."""
-    counts = _layout(lst)
-    if counts is None:
-        return reversed(lst)
-    return iter(_sliced(lst, slice(None, None, -1), counts))
+    return iter(_reversed(lst))
+
+
+def _reversed(lst):
+    """Each example's own list reversed, without moving any item between
+    lanes: an example's list is the items it holds, in order, so the items
+    in reverse order, each still held by its lanes, are every example's
+    list reversed (O(len); a per-lane slice moves items lane by lane).  The
+    result is not packed (an example's items need not start at 0): it
+    records no per-lane counts, so the list operations that need them pack
+    it first, and F.stack packs each example's items itself."""
+    if all(_holds(v) is None for v in lst):
+        return lst[::-1]
+    return [_tag(_untagged(v), _holds(v)) if type(v) is MaskedBatch else v for v in reversed(lst)]
