@@ -299,24 +299,31 @@ def setitem(x, index, value):
             "assigning per-example values (a MaskedBatch) into a plain Tensor would write every "
             "example into the same shared Tensor; make the target a MaskedBatch, e.g. "
             "out = x.batch_zeros(...), then out[:, i] = v")
-    pos = torch.arange(x.padded_data.numel(), device=x.padded_data.device).view(x.padded_data.shape)
+    x.padded_data = put(x, index, value, "x[...] = v")
+
+
+def put(x, index, value, op, accumulate=False):
+    """``x.padded_data`` with ``value`` put (or, with ``accumulate``, added)
+    at ``x[index]``, per example; only real entries of active lanes are
+    written.  The entries are found by indexing their flat positions."""
+    d = x.padded_data
+    pos = torch.arange(d.numel(), device=d.device).view(d.shape)
     sel = getitem(new(pos, x._mask, x.dims), index)
-    value = value if isinstance(value, (torch.Tensor,)) or is_mb(value) else torch.as_tensor(
-        value, dtype=x.dtype, device=x.padded_data.device)
-    (spos, v), mask, _ = align((sel, value), "x[...] = v")
+    if not isinstance(value, torch.Tensor) and not is_mb(value):
+        value = torch.as_tensor(value, dtype=d.dtype, device=d.device)
+    (spos, v), mask, _ = align((sel, value), op)
     shape = torch.broadcast_shapes(spos.shape, v.shape)
     if tuple(shape) != tuple(spos.shape):
-        raise ValueError(f"x[...] = v: a value of padded shape {tuple(v.shape)} does not fit "
+        raise ValueError(f"{op}: a value of padded shape {tuple(v.shape)} does not fit "
                          f"the indexed entries' padded shape {tuple(spos.shape)}")
-    v = v.to(x.dtype).expand(shape)
+    v = v.to(d.dtype).expand(shape)
     mask = with_lanes(mask, len(shape))
     if mask is None:
         where, vals = spos.reshape(-1), v.reshape(-1)
     else:
         mask = mask.expand(shape)
         where, vals = spos[mask], v[mask]
-    flat = x.padded_data.reshape(-1).index_put((where,), vals)
-    x.padded_data = flat.view(x.padded_data.shape)
+    return d.reshape(-1).index_put((where,), vals, accumulate=accumulate).view(d.shape)
 
 
 # ------------------------------------------------------------------ select / narrow

@@ -43,7 +43,8 @@ import torch.nn.functional as F
 from .._lanes import active_lanes
 from ..core import absent_examples, dispatch
 from ._registry import (RULES, align, fail_if, func_name, is_mb, new, register_distinct,
-                        tensor_methods, with_lanes)
+                        tensor_methods)
+from .indexing import put
 
 T = torch.Tensor
 
@@ -324,7 +325,6 @@ def _index_items(indices):
 
 
 def _put(src, indices, values, accumulate=False):
-    from .indexing import getitem  # imported late: indexing is being extended concurrently
     d = src._data
     if not isinstance(values, torch.Tensor) and not is_mb(values):
         values = torch.as_tensor(values, dtype=d.dtype, device=d.device)
@@ -340,22 +340,7 @@ def _put(src, indices, values, accumulate=False):
         if accumulate:
             return RULES[torch.where](m, RULES[T.add](src, v), src)
         return RULES[T.masked_fill](src, m, v)
-    pos = torch.arange(d.numel(), device=d.device).view(d.shape)
-    sel = getitem(new(pos, src._mask, src.dims), _index_items(items))
-    (spos, v), mask, _ = align((sel, values), "index_put_")
-    shape = torch.broadcast_shapes(spos.shape, v.shape)
-    if tuple(shape) != tuple(spos.shape):
-        raise ValueError(f"index_put_: values of padded shape {tuple(v.shape)} do not fit the "
-                         f"indexed entries' padded shape {tuple(spos.shape)}")
-    v = v.to(d.dtype).expand(shape)
-    mask = with_lanes(mask, len(shape))  # only real entries of active lanes are written
-    if mask is None:
-        where, vals = spos.reshape(-1), v.reshape(-1)
-    else:
-        mask = mask.expand(shape)
-        where, vals = spos[mask], v[mask]
-    flat = d.reshape(-1).index_put((where,), vals, accumulate=accumulate)
-    return new(flat.view(d.shape), src._mask, src.dims)
+    return new(put(src, _index_items(items), values, "index_put_", accumulate), src._mask, src.dims)
 
 
 @register_distinct(T.index_put_, torch.index_put_)
