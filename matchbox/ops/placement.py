@@ -15,10 +15,11 @@ An op with no adapter refuses operands whose batch-of-one dimension is not
 at 0 (``unplaced``), naming the op and the fix.
 """
 import inspect
+import math
 
 import torch
 
-from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
+from ..core import PLACEMENTS, RULES, MaskedBatch, relabel, squeezed, storage_dim
 from ._registry import func_name, is_mb
 
 __all__ = ["unplaced"]
@@ -256,7 +257,7 @@ class Dims(_Adapter):
 
     def __init__(self, *params, reduce=False, keepdim="keepdim", full=True, **options):
         super().__init__(*params, **options)
-        self.reduce, self.keepdim_name, self.full = reduce, keepdim, full
+        self.reduce, self.keepdim_name = reduce, keepdim
         self.always = reduce and full
 
     def __call__(self, func, rule, args, kwargs):
@@ -472,13 +473,6 @@ class Flatten(_Adapter):
         return _label(out, p if p < s else p - (e - s), (x, y))
 
 
-def _prod(xs):
-    out = 1
-    for v in xs:
-        out *= v
-    return out
-
-
 def _sizes(sizes):
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
         return list(sizes[0])
@@ -522,14 +516,14 @@ class View(_Adapter):
             return 0 if sizes and sizes[0] == 1 else None
         shape = x.maxsize()
         dyn_before = any(x.dims[storage_dim(x, u) - 1] for u in range(p))
-        before = None if dyn_before else _prod(shape[:p])
+        before = None if dyn_before else math.prod(shape[:p])
 
         def fits(q):
             if sizes[q] != 1:
                 return False
             if q == p and all(s == -1 or s == shape[i] for i, s in enumerate(sizes[:q])):
                 return True
-            return -1 not in sizes[:q] and before is not None and _prod(sizes[:q]) == before
+            return -1 not in sizes[:q] and before is not None and math.prod(sizes[:q]) == before
         cands = [q for q in range(len(sizes)) if fits(q)]
         return p if p in cands else (cands[0] if cands else None)
 
