@@ -109,9 +109,9 @@ def _first_binds(block):
 
 def loop_temporaries(fdef):
     """``{(id(node), name)}``: stores that need no masking because ``name``
-    is a loop temporary.  ``node`` is a ``for`` (its target) or an
-    assignment at the top level of a block, the block being a loop body or
-    a branch of an ``if`` in one (at its top level, recursively), that is
+    is a loop (or branch) temporary.  ``node`` is a ``for`` (its target) or
+    an assignment at the top level of a block, the block being a loop body
+    or a branch of an ``if``, that is
     the first mention of ``name`` in that block and does not read it; and
     every read of ``name`` in the function lies in a block that binds it
     that way (not in a loop test, an ``if`` test or a loop's ``else``, not
@@ -138,6 +138,9 @@ def loop_temporaries(fdef):
             body = {id(n) for s in loop.body for n in walk_scope(s)}
             binds += [(loop, name, body) for name in _target_names(loop.target) or ()]
         binds += _first_binds(loop.body)
+    for branch in walk_scope(fdef.body):  # and the branches of every ``if``
+        if isinstance(branch, gast.If):
+            binds += _first_binds(branch.body) + _first_binds(branch.orelse)
     where = {}
     for _, name, body in binds:
         where.setdefault(name, set()).update(body)

@@ -159,6 +159,10 @@ class _Merger:
             call.value.keywords = [gast.keyword(arg="auto", value=gast.Constant(
                 value=True, kind=None))]
         templates.stamp(call.value, first)
+        # ``tmp`` is read only by the stores right after it: it needs no
+        # masking; the first call's targets are now stored by ``unpack``
+        temps = self.ctx.loop_temporaries
+        temps |= {(id(unpack), name) for i, name in temps if i == id(first)} | {(id(first), tmp)}
         out = [first, unpack]
         first.targets, first.value = call.targets, call.value
         for k, s in enumerate(run[1:], 1):

@@ -91,6 +91,44 @@ def test_default_tree_recursion_equals_per_example(seed, B):
     mb_test(encode, left, right, feats, root, (H,), dtype=torch.float64, seed=seed)
 
 
+@batch
+def branch_temporaries(x, n):
+    """``t`` and ``u`` are temporaries of their branches (bound first, read
+    only there): plain stores, as a loop's temporaries are; ``y`` is not."""
+    if n > 1:
+        t = x * 2.0
+        u = t.tanh() + x
+        y = u * t
+    else:
+        t = x - 1.0
+        y = t * t
+    return y
+
+
+def test_branch_temporaries_are_plain_stores():
+    src = matchbox.to_source(branch_temporaries)
+    for line in ("t = _mb.read(x) * 2.0", "u = _mb.read(t).tanh()", "t = _mb.read(x) - 1.0"):
+        assert line in src, src
+    assert src.count("y = _mb.assign(y,") == 2, src
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_branch_temporaries_equal_per_example(lengths):
+    mb_test(branch_temporaries, (5, (False, 2)), depths(), lengths=lengths, dtype=torch.float64)
+
+
+def test_merged_call_results_are_plain_stores():
+    """The merged call's result and the parts that the branch alone reads
+    are stored without masking (the stacked call ran for the branch's
+    lanes only)."""
+    from examples.tree_lstm import TreeLSTM
+    src = matchbox.to_source(TreeLSTM.encode)
+    assert "calls = _mb.sibling_calls(" in src and "_mb.assign(calls" not in src, src
+    for name in ("hl", "cl", "loss_l", "correct_l", "hr", "cr", "loss_r", "correct_r"):
+        assert f"{name} = tmp" in src, src
+    assert "h = _mb.assign(h," in src
+
+
 def test_merge_calls_false_disables():
     src = matchbox.to_source(batch(fib_like.__wrapped__, merge_calls=False))
     assert "sibling_calls" not in src and "not merged" not in src
