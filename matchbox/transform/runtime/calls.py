@@ -40,13 +40,14 @@ def sibling_calls(f, *calls, auto=False):
     if B is None or len({len(args) for args in calls}) != 1 or not all(
             _stackable([args[j] for args in calls], B) for j in range(len(calls[0]))):
         return tuple(f(*args) for args in calls)
-    rows = None if lanes is None else lanes.nonzero().squeeze(1)
-    stacked = [_stacked([args[j] for args in calls], [rows] * len(calls))
+    parts = [None if lanes is None else lanes.nonzero().squeeze(1)] * len(calls)
+    rows = _Rows(parts, B)
+    stacked = [_stacked([args[j] for args in calls], parts, rows)
                if type(calls[0][j]) is MaskedBatch else calls[0][j] for j in range(len(calls[0]))]
     active, compact = _ACTIVE.set(None), _COMPACT.set(None)
     try:
         out = f(*stacked)
-        return _unstacked(out, [rows] * len(calls), B)
+        return _unstacked(out, parts, B)
     except Exception:
         if not auto:
             raise
@@ -104,7 +105,8 @@ class SiblingLoop:
     def _merged(self, pending, calls, B):
         parts = [None if lanes is None else lanes.nonzero().squeeze(1)
                  for _, _, lanes, _ in pending]
-        stacked = [_stacked([args[j] for args in calls], parts)
+        rows = _Rows(parts, B)
+        stacked = [_stacked([args[j] for args in calls], parts, rows)
                    if type(calls[0][j]) is MaskedBatch else calls[0][j]
                    for j in range(len(calls[0]))]
         active, compact = _ACTIVE.set(None), _COMPACT.set(None)
@@ -150,22 +152,51 @@ def _stackable(values, B):
         and (a._mask is None or a._mask.shape == b._mask.shape) for b in values)
 
 
-def _stacked(values, parts):
+def _stacked(values, parts, rows):
     """The rows ``parts[k]`` (None: all; the active lanes, so a read's cut
     of the dormant ones is not needed: ``uncut``) of each value ``k``, one
-    after the other."""
+    after the other: one gather (``rows``, see ``_Rows``) of the value the
+    calls share, or of the calls' values concatenated."""
     def pick(xs):
         if xs[0] is None:
             return None
-        if all(rows is None for rows in parts):
-            return torch.cat(xs)
-        if all(x is xs[0] for x in xs) and all(rows is parts[0] for rows in parts):
-            return xs[0].index_select(0, parts[0].repeat(len(xs)))
-        return torch.cat([x if rows is None else x.index_select(0, rows)
-                          for x, rows in zip(xs, parts)])
+        if all(x is xs[0] for x in xs):
+            x = xs[0]
+            return x.repeat((len(xs),) + (1,) * (x.dim() - 1)) if rows.all_rows \
+                else x.index_select(0, rows.of_one())
+        return torch.cat(xs) if rows.all_rows else torch.cat(xs).index_select(0, rows.of_all())
     a = values[0]
     return _new(pick([uncut(v) for v in values]), pick([v._mask for v in values]), a.dims,
                 bdim=a._bdim)
+
+
+class _Rows:
+    """The rows of a stacked call in its inputs at batch size ``B``, for
+    the calls' ``parts`` (each its rows, None: all ``B``), made once per
+    call: ``of_one`` when every call reads one shared value, ``of_all``
+    when each reads its own (the values concatenated)."""
+
+    def __init__(self, parts, B):
+        self.parts, self.B = parts, B
+        self.all_rows = all(rows is None for rows in parts)
+        self.one = self.all = None
+
+    def _each(self):
+        device = next(rows for rows in self.parts if rows is not None).device
+        return [torch.arange(self.B, device=device) if rows is None else rows
+                for rows in self.parts]
+
+    def of_one(self):
+        if self.one is None:
+            p = self.parts[0]
+            self.one = p.repeat(len(self.parts)) if all(r is p for r in self.parts) \
+                else torch.cat(self._each())
+        return self.one
+
+    def of_all(self):
+        if self.all is None:
+            self.all = torch.cat([rows + k * self.B for k, rows in enumerate(self._each())])
+        return self.all
 
 
 def _unstacked(out, parts, B):
@@ -178,14 +209,20 @@ def _unstacked(out, parts, B):
         return tuple(tuple(p[i] for p in split) for i in range(k))
     sizes = [B if rows is None else rows.numel() for rows in parts]
     if type(out) is MaskedBatch and out._data.size(0) == sum(sizes):
-        starts = [sum(sizes[:i]) for i in range(k)]
-
-        def part(x, i):
-            x = x[starts[i]:starts[i] + sizes[i]]
-            return x if parts[i] is None else scatter_rows(x, parts[i], B)
-        mask = out._mask
-        return tuple(_new(part(out.padded_data, i), None if mask is None else part(mask, i),
-                          out.dims, bdim=out._bdim) for i in range(k))
+        data, mask = out.padded_data, out._mask
+        if all(rows is parts[0] for rows in parts):  # k parts of one size: one scatter
+            def split(x):
+                x = x.reshape((k, sizes[0]) + x.shape[1:])
+                if parts[0] is not None:
+                    x = x.new_zeros((k, B) + x.shape[2:]).index_copy_(1, parts[0], x)
+                return x.unbind(0)
+        else:
+            def split(x):
+                xs = x.split(sizes)
+                return [x if rows is None else scatter_rows(x, rows, B)
+                        for x, rows in zip(xs, parts)]
+        masks = [None] * k if mask is None else split(mask)
+        return tuple(_new(d, m, out.dims, bdim=out._bdim) for d, m in zip(split(data), masks))
     if isinstance(out, (torch.Tensor, MaskedBatch, list, dict, Mixed)):
         raise _Unsplittable(
             f"@batch(merge_calls=True): the merged calls returned a {type(out).__name__} that "
