@@ -12,6 +12,7 @@ from . import (assignments, break_statements, calls, conditionals, continue_stat
                logical, loops, python_values, reads, returns, runtime, sibling_calls,
                unsupported)
 from .analysis import loop_temporaries
+from .maps import map_loops
 from .naming import Namer
 from .parser import load_function, parse_function, unparse
 
@@ -47,6 +48,8 @@ class Context:
         self.notes = []
         # stores of loop temporaries, found before any pass moves statements
         self.loop_temporaries = loop_temporaries(fdef)
+        # for loops whose iterations share no state (maps.py), run as one
+        self.map_loops = map_loops(fdef) if compact is None else {}
 
 
 #: The code objects of every rewritten function (and the lambdas in it), so

@@ -88,6 +88,9 @@ class _Loops(Pass):
                 for target in loop:
                     body
             """
+        appends = self.ctx.map_loops.get(id(node))
+        if appends is not None and not flags:
+            return self._map(node, loop, appends)
         settle = []
         if self.ctx.compact is not None and not flags \
                 and not _stores_into_subscripts(node.body, self.ctx.runtime):
@@ -99,6 +102,34 @@ class _Loops(Pass):
             desc=self._description("for", node), limit=templates.constant(self.ctx.max_iterations),
             share=templates.constant(self.ctx.compact), loop=loop, target=node.target, body=node.body)
         return out + settle + self._orelse(node, flags)
+
+    def _map(self, node, loop, appends):
+        """A loop whose iterations share no state (maps.py): run once on
+        every step; its ``lst.append(v)`` become ``loop.append(lst, v)``."""
+        rt = self.ctx.runtime
+        it = node.iter
+        zipped = _runtime_call(it, rt, ("zip_",)) and not it.keywords \
+            and not any(isinstance(a, gast.Starred) for a in it.args)
+        args = it.args if zipped else [it]
+        for n in walk_scope(node.body):
+            if _runtime_call(n, rt, ("append",)) and len(n.args) == 2:
+                lst = n.args[0]
+                if _runtime_call(lst, rt, ("read",)):
+                    lst = lst.args[0]
+                if isinstance(lst, gast.Name) and lst.id in appends:
+                    n.func = gast.Attribute(gast.Name(loop, gast.Load(), None, None), "append",
+                                            gast.Load())
+                    n.args[0] = lst
+        out = templates.replace(
+            """
+            with rt.map_loop(desc, limit, zipped) as loop:
+                for target in loop:
+                    body
+            """, node, rt=rt, desc=self._description("for", node),
+            limit=templates.constant(self.ctx.max_iterations),
+            zipped=templates.constant(zipped), loop=loop, target=node.target, body=node.body)
+        out[0].items[0].context_expr.args += args
+        return out
 
 
 def transform(fdef, ctx):

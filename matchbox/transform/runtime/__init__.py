@@ -19,7 +19,8 @@ One concern per module:
 - :mod:`.scalars`: ``size``, ``shape``, ``len_``, ``item``, ``int_``,
   ``float_``, ``bool_`` (per-example Python values)
 - :mod:`.loops`: ``while_loop``, ``for_loop`` (and :mod:`.compaction`,
-  what ``@batch(compact=...)`` runs them with)
+  what ``@batch(compact=...)`` runs them with); :mod:`.maps`: ``map_loop``
+  (a ``for`` whose iterations share no state, run once on every step)
 - :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``
 - :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls)
 """
@@ -30,6 +31,7 @@ from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence
     reversed_, zip_
 from .lists import append, extend, getitem, insert, pop
 from .loops import for_loop, while_loop
+from .maps import map_loop
 from .scalars import bool_, float_, int_, item, len_, shape, size
 from .select import select
 from .values import Mixed, Undefined, returned
@@ -37,5 +39,5 @@ from .values import Mixed, Undefined, returned
 __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "select",
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
-           "while_loop", "for_loop", "LaneIterable", "LaneRange", "lane_items",
+           "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
            "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "returned"]

@@ -30,7 +30,7 @@ import sys
 
 import torch
 
-from ..._lanes import _COMPACT
+from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows
 
@@ -234,6 +234,48 @@ class StepCompaction(Compaction):
         return _new(torch.cat(parts).index_select(0, self.inverse), None, x.dims, bdim=x._bdim)
 
 
+
+class MapCompaction(Compaction):
+    """The body of a map loop (``runtime/maps.py``) run once, each of its
+    ``n`` lanes an (example, step) pair, ``rows`` (``(n,)``) the example of
+    each.  A value read from outside the loop (``B`` lanes) is gathered to
+    those lanes, an example's row repeated for each of its steps; the body
+    assigns only variables of its own (``transform/maps.py``), plainly, and
+    its appends are recorded (``record``) for the loop to make step by step
+    after the body."""
+
+    def __init__(self, rows, B, codes, description):
+        self.rows, self.B, self.n = rows, B, rows.numel()
+        self.codes, self.description = codes, description
+        self.alive, self.cache, self.records = None, {}, []
+
+    def _take(self, x):
+        from .values import Mixed
+        if type(x) is Mixed or type(x) is list and any(
+                getattr(v, "_listed", None) is not None for v in x):
+            raise NotImplementedError(
+                f"{self.description} runs once on every (example, step) pair, and it reads a "
+                f"value that holds items of another shape, or a per-example list, from before "
+                f"the loop; bind it inside the loop, or decorate with @batch(compact=False)")
+        if type(x) is list:
+            return [self._take(v) for v in x]
+        return super()._take(x)
+
+    def assign(self, old, new, keep=True):
+        from .assign import _assign
+        return _assign(old, new)
+
+    def record(self, lst, value):
+        """``lst.append(value)`` in the body, made after it (``lst`` is a
+        list from outside the loop, which the body only appends to)."""
+        comp, lanes = _COMPACT.get(), _ACTIVE.get()
+        if comp is not self:  # in a branch of the body run gathered
+            if comp.compacted(value):
+                value = comp.expand(value)
+            lanes = comp.lanes(lanes)
+        self.records.append((lst, value, lanes))
+
+
 # ------------------------------------------------------------------ branches
 # A per-example ``if`` whose body few lanes take runs gathered on those
 # lanes (:class:`BranchCompaction`) when its share of the lanes is at most
@@ -277,19 +319,29 @@ def branch_compaction(lanes, n, share, code, description):
             return None
     elif n > share * B:
         return None
-    if _COMPACT.get() is not None:  # never inside another compaction
-        return None
-    return BranchCompaction(lanes, codes_of(code), description)
+    parent = _COMPACT.get()
+    if parent is not None:  # never inside another compaction, but for a map's
+        if type(parent) is not MapCompaction or code not in parent.codes or n == parent.B:
+            return None
+    return BranchCompaction(lanes, codes_of(code), description, parent)
 
 
 class BranchCompaction(Compaction):
     """A branch run on the ``n`` lanes that take it (``alive``): what the
     branch's function reads is gathered to those rows, what it assigns is
     written back into the full-batch value at once (``assign``), so after
-    the branch every variable holds all of its lanes."""
+    the branch every variable holds all of its lanes.  In a map loop's
+    body (``parent``, a :class:`MapCompaction`) the full batch is the map's
+    lanes, and a value from outside the loop is gathered to them first."""
+
+    def __init__(self, alive, codes, description, parent=None):
+        super().__init__(alive, codes, description)
+        self.parent = parent
 
     def _take(self, x):
         from .values import Mixed
+        if self.parent is not None:
+            x = self.parent._take(x)
         if type(x) is Mixed:  # the part that the branch's lanes hold (or raise, as masked)
             x = x.resolve(self.alive)
         return super()._take(x)

@@ -1,0 +1,193 @@
+"""A ``for`` over the steps of a dynamic dim whose iterations share no
+state runs its body once, every (example, step) pair a lane of its own
+(transform/maps.py, runtime/maps.py): each program here is checked batched
+vs per example (values and gradients), and which loops are maps."""
+import pytest
+import torch
+import torch.nn as nn
+
+import matchbox
+import matchbox.functional as F
+from matchbox import MaskedBatch, batch
+from matchbox.test_utils import mb_rand, mb_test
+from matchbox.transform.runtime import compaction
+
+LENGTHS = ("mixed", "one", "equal")
+SEQ = (9, (True, 5), (False, 3))
+LETTERS = (9, (True, 4), (True, 5), (False, 3))
+SCALAR = (9, (False, 3))
+
+_CELL = nn.LSTMCell(3, 3).double()
+
+
+@batch
+def spell(letters):
+    """(1, c, 3) -> (1, 3): a cell over the letters (a loop with state)."""
+    h = c = letters.batch_zeros(3)
+    for x in letters.unbind(1):
+        h, c = _CELL(x, (h, c))
+    return h
+
+
+def rare_words(words, letters):
+    """The char tagger's loop: a rare word (few of them) is spelled."""
+    out = []
+    for w, spelling in zip(words.unbind(1), letters.unbind(1)):
+        if w.sum() > 1.5:
+            e = spell(spelling)
+        else:
+            e = torch.tanh(w)
+        out.append(e)
+    return F.stack(out, 1)
+
+
+def reads_outside(xs, z):
+    """Reads a value from before the loop; two appends per step, one in a branch."""
+    out, other = [], []
+    scale = torch.tanh(z) + 1
+    for x in reversed(xs.unbind(1)):
+        y = x * scale
+        if y.sum() > 0:
+            y = y + _CELL(x)[0]
+            other.append(y * 2)
+        out.append(y)
+        out.append(x.sum(1, keepdim=True) * y)
+    return F.stack(out, 1), len(other)
+
+
+def inner_loop(letters):
+    """A loop with state inside a map's body, over each step's own letters."""
+    out = []
+    for word in letters.unbind(1):
+        s = word.sum(1) * 0
+        for x in word.unbind(1):
+            s = torch.tanh(s + x)
+        out.append(s)
+    return F.stack(out, 1)
+
+
+def in_a_branch(xs, z):
+    """A map loop that only some examples run."""
+    y = z * 1.0
+    if z.sum() > 0:
+        out = []
+        for x in xs.unbind(1):
+            out.append(torch.sigmoid(x) + z)
+        y = F.stack(out, 1).sum(1)
+    return y
+
+
+PROGRAMS = {"rare_words": (rare_words, (SEQ, LETTERS)),
+            "reads_outside": (reads_outside, (SEQ, SCALAR)),
+            "inner_loop": (inner_loop, (LETTERS,)),
+            "in_a_branch": (in_a_branch, (SEQ, SCALAR))}
+
+
+@pytest.fixture
+def mapped(monkeypatch):
+    """How many loops ran as maps."""
+    count = []
+    init = compaction.MapCompaction.__init__
+
+    def counting(self, *args):
+        count.append(1)
+        init(self, *args)
+    monkeypatch.setattr(compaction.MapCompaction, "__init__", counting)
+    return count
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_map_loops_equal_per_example(name, lengths, mapped):
+    f, specs = PROGRAMS[name]
+    assert "_mb.map_loop(" in matchbox.to_source(batch(f))
+    mb_test(batch(f), *specs, lengths=lengths, dtype=torch.float64,
+            params=list(_CELL.parameters()))
+    if lengths == "mixed":
+        assert mapped, "no loop ran as a map"
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_map_equals_plain_loop(name):
+    f, specs = PROGRAMS[name]
+    torch.manual_seed(1)
+    args = [mb_rand(*s, lengths="mixed", dtype=torch.float64) for s in specs]
+    a, b = batch(f)(*args), batch(f, compact=False)(*args)
+    a, b = (a, b) if isinstance(a, tuple) else ((a,), (b,))
+    for x, y in zip(a, b):
+        for ea, eb in zip(x.examples(), y.examples()):
+            assert torch.allclose(ea, eb)
+
+
+def test_rare_words_gathered_once_across_steps(monkeypatch):
+    """The rare branch runs once for the whole loop, gathered on its pairs."""
+    count = []
+    init = compaction.BranchCompaction.__init__
+
+    def counting(self, *args):
+        count.append(args[0].numel())
+        init(self, *args)
+    monkeypatch.setattr(compaction.BranchCompaction, "__init__", counting)
+    B = 16
+    torch.manual_seed(0)
+    words = MaskedBatch.fromlist([torch.where(torch.rand(1, n, 3) < 0.1, 1.0, 0.0).double()
+                                  for n in range(1, B + 1)], dims=(True, False))
+    letters = mb_rand(B, (True, 4), (True, 5), (False, 3), dtype=torch.float64)
+    letters = MaskedBatch.fromlist([torch.randn(1, n, 4, 3, dtype=torch.float64)
+                                    for n in range(1, B + 1)], dims=(True, True, False))
+    batch(rare_words)(words, letters)
+    assert count == [B * (B + 1) // 2]   # one branch over every (sentence, word) pair
+
+
+def _carried(xs):
+    h = xs.batch_zeros(3)
+    out = []
+    for x in xs.unbind(1):
+        h = torch.tanh(h + x)
+        out.append(h)
+    return F.stack(out, 1)
+
+
+def _maybe_bound(xs):
+    out = []
+    y = xs.sum(1) * 0
+    for x in xs.unbind(1):
+        if x.sum() > 0:
+            y = x * 2
+        out.append(y)      # else: the last step's y
+    return F.stack(out, 1)
+
+
+def _read_after(xs):
+    out = []
+    for x in xs.unbind(1):
+        y = x * 2
+        out.append(y)
+    return F.stack(out, 1) + y
+
+
+def _reads_list(xs):
+    out = []
+    for x in xs.unbind(1):
+        out.append(x * len(out))
+    return F.stack(out, 1)
+
+
+def _breaks(xs):
+    out = [xs.sum(1) * 0]
+    for x in xs.unbind(1):
+        if x.sum() > 1:
+            break
+        out.append(x)
+    return F.stack(out, 1)
+
+
+@pytest.mark.parametrize("f", [_carried, _maybe_bound, _read_after, _reads_list, _breaks])
+def test_loops_with_state_are_not_maps(f):
+    assert "_mb.map_loop(" not in matchbox.to_source(batch(f))
+    mb_test(batch(f), SEQ, dtype=torch.float64)
+
+
+def test_compact_settings_keep_plain_loops():
+    assert "_mb.map_loop(" not in matchbox.to_source(batch(rare_words, compact=False))
+    assert "_mb.map_loop(" not in matchbox.to_source(batch(rare_words, compact=0.5))
