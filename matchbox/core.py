@@ -412,9 +412,9 @@ class MaskedBatch:
         promised when the data was made, and the data is the same tensor,
         not changed in place since (``x.padded_data.add_(1)`` voids the promise).
         Never under torch.compile, which cannot follow tensor versions."""
-        z = self._zero_at
-        return z is not None and z[0] is self.padded_data and not torch.compiler.is_compiling() \
-            and z[1] == self.padded_data._version
+        z = self._zero_at  # None while a gradient cut is pending (see _read)
+        return z is not None and not torch.compiler.is_compiling() and z[0] is self._data \
+            and z[1] == self._data._version
 
     @_zero.setter
     def _zero(self, flag):
@@ -1128,12 +1128,46 @@ def real_mask(x):
 
 def with_lanes(mask, ndim):
     """A bool ``mask`` (or None: all real) for ``ndim``-dim data, combined
-    with the active lanes (or None when all is real and all lanes active)."""
+    with the active lanes (or None when all is real and all lanes active).
+    The combination is kept on the mask (on the lanes when there is none)
+    while both are unchanged, so the ops of one branch share one Tensor
+    (caches keyed by mask identity, such as ``on_real_rows``'s, then hit)."""
     lanes = _lanes.active_lanes()
     if lanes is None:
         return mask
+    if torch.compiler.is_compiling():  # (no tensor versions in a graph)
+        return _with_lanes(mask, lanes, ndim)
+    owner = lanes if mask is None else mask
+    key = (ndim, lanes._version, owner._version)
+    hit = getattr(owner, "_mb_with_lanes", None)
+    if hit is not None and (hit[0] is None or hit[0] is lanes) and hit[1] == key:
+        return hit[2]
+    out = _with_lanes(mask, lanes, ndim)
+    owner._mb_with_lanes = (None if mask is None else lanes, key, out)
+    return out
+
+
+def _with_lanes(mask, lanes, ndim):
     lanes = lanes.view((-1,) + (1,) * (ndim - 1))
     return lanes if mask is None else mask & lanes
+
+
+def derived(mask, key, make):
+    """``make()``, a value that depends on bool Tensor ``mask`` alone (a
+    select of it, a reduction, a check of it), kept on ``mask`` under
+    ``key`` (a tuple of ints and strings) while it is unchanged: masks are
+    shared by identity between the values of a batch, so each derivation
+    is made once per mask, not once per op.  Not under torch.compile,
+    which traces the derivation into its graph instead."""
+    if torch.compiler.is_compiling():
+        return make()
+    cache = getattr(mask, "_mb_derived", None)
+    if cache is None or cache[0] != mask._version:
+        cache = mask._mb_derived = (mask._version, {})
+    value = cache[1].get(key)
+    if value is None:
+        value = cache[1][key] = make()
+    return value
 
 
 def uncut(x):

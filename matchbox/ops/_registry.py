@@ -12,6 +12,8 @@ Registering a ``torch.Tensor`` method also installs it as a method of
 MaskedBatch, so ``x.tanh()`` calls the rule directly.  The table is filled
 once at import time and never mutated afterwards.
 """
+import math
+
 import torch
 
 from .._lanes import batch_size_hint
@@ -23,7 +25,7 @@ __all__ = [
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
     "tensor_methods", "register_distinct", "canon_mask", "keep", "on_real_rows", "gathers_rows",
     "scatter_rows", "true_rows", "uncut", "fail_if", "with_lanes", "presence", "keep_presence",
-    "lengths_presence",
+    "lengths_presence", "fill_value",
 ]
 
 _INSTALLED = set()
@@ -167,7 +169,21 @@ def keep(m, data, fill=0):
             false_rows = true_rows(~m, lead + m.shape[k:])
             out = data.reshape(lead.numel(), -1).index_fill(0, false_rows, fill)
             return out.view(data.shape)
-    return torch.where(m, data, torch.as_tensor(fill, dtype=data.dtype, device=data.device))
+    return torch.where(m, data, fill_value(fill, data))
+
+
+# ready 0-dim fills for floating data: torch.where takes a CPU scalar Tensor
+# beside data on any device, and making one per call costs as much as the where
+_FILLS = {v: torch.tensor(v) for v in (0.0, 1.0, -math.inf, math.inf)}
+
+
+def fill_value(fill, data):
+    """The number ``fill`` as a 0-dim Tensor for ``torch.where`` beside ``data``."""
+    if type(fill) in (int, float) and data.is_floating_point():
+        t = _FILLS.get(fill)
+        if t is not None:
+            return t
+    return torch.as_tensor(fill, dtype=data.dtype, device=data.device)
 
 
 def fail_if(bad, error, summary):
@@ -299,6 +315,9 @@ def align(args, op="op"):
     PyTorch.  Returns ``(datas, mask, dims)``: the data to feed the torch op,
     the combined mask (None if all real) and the result dims.
     """
+    first = _one_layout(args)
+    if first is not None:  # nothing to line up: one mask, dims and shape
+        return [a.padded_data if type(a) is MaskedBatch else a for a in args], first._mask, first.dims
     batches = [a for a in args if isinstance(a, MaskedBatch)]
     B = batches[0].padded_data.size(0)
     n = max(b.padded_data.dim() for b in batches) - 1
@@ -375,6 +394,24 @@ def align(args, op="op"):
     if mask is not None:
         mask = canon_mask(mask, _broadcast_shape(datas), dims)
     return datas, mask, tuple(dims)
+
+
+def _one_layout(args):
+    """The first MaskedBatch among ``args`` when every MaskedBatch operand
+    has its data shape, device, dims and mask (the same object) and the
+    others are numbers or None; else None."""
+    first = None
+    for a in args:
+        t = type(a)
+        if t is MaskedBatch:
+            if first is None:
+                first = a
+            elif a._mask is not first._mask or a.dims != first.dims or \
+                    a._data.shape != first._data.shape or a._data.device != first._data.device:
+                return None
+        elif not (t is float or t is int or t is bool or a is None):
+            return None
+    return first
 
 
 def _broadcast_shape(datas):

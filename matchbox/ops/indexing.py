@@ -27,7 +27,7 @@ entries of active lanes.
 """
 import torch
 
-from ..core import mask_from_lengths, squeezed
+from ..core import derived, mask_from_lengths, squeezed
 from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb,
                         lengths_presence, new,
                         norm_dim, real_mask, register_distinct, with_lanes)
@@ -129,7 +129,9 @@ def _int_index(x, p, i, op):
             return _select_real(x, p, i, op)
         index = torch.full((x.padded_data.size(0), 1), i, dtype=torch.long, device=x.padded_data.device)
         return take(x, p, index, (), op)
-    mask = None if x._mask is None else x._mask.select(p, 0)
+    mask = x._mask
+    if mask is not None:
+        mask = derived(mask, ("select", p, 0), lambda: mask.select(p, 0))
     return new(x.padded_data.select(p, i), mask, x.dims[:p - 1] + x.dims[p:])
 
 
@@ -138,7 +140,15 @@ def _select_real(x, p, i, op):
     every example sits at padded position ``i``, so a select does it (no
     gather), and the mask there is the result's; a present example shorter
     than ``i + 1`` raises."""
-    m = x._mask.select(p, i)
+    mask = x._mask
+    m = derived(mask, ("select", p, i), lambda: mask.select(p, i))
+    out = new(x.padded_data.select(p, i), m, x.dims[:p - 1] + x.dims[p:])
+    if x._present is None and m.device.type == "cpu" and not torch.compiler.is_compiling():
+        # the masks are prefixes: every example (in the active lanes) that
+        # has entry 0 has entry i unless their masks differ (checked once per mask)
+        real = real_mask(x)
+        if derived(real, ("holds", p, i), lambda: torch.equal(real.select(p, 0), real.select(p, i))):
+            return out
     present = lanes_present(x)
     real = m if m.numel() == m.size(0) else m.reshape(m.size(0), -1).any(1)
     real = real.reshape(-1)
@@ -146,7 +156,7 @@ def _select_real(x, p, i, op):
     fail_if(bad, lambda k: IndexError(
         f"{op}: index {i} is out of range for dimension {p} of example {k[0]}, which has size "
         f"{int(x._lengths(p)[k[0]])}"), f"{op}: an index is out of range for dimension {p}")
-    return new(x.padded_data.select(p, i), m, x.dims[:p - 1] + x.dims[p:])
+    return out
 
 
 def _bound(v, default, length):
@@ -225,6 +235,9 @@ def getitem(x, index):
     if not is_mb(x):
         return _index_shared_tensor(x, index)
     op = "x[...]"
+    if type(index) is tuple and len(index) == 2 and type(index[1]) is int \
+            and index[0] == slice(None) and x._data.dim() > 1:  # the common x[:, i]
+        return _int_index(x, 1, index[1], op)
     items = _items(index, x.padded_data.dim())
     p = 0
     for it in items:

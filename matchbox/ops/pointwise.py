@@ -45,24 +45,44 @@ def _unary(f, safe=None, keeps_zero=False):
     return rule
 
 
+def _zero_operands(args, number_ok=None):
+    """Whether the padding of ``f(*args)`` stays 0 because the MaskedBatch
+    operands (at least one) have zero padding under one mask and every
+    other operand passes ``number_ok`` (None: there may be none)."""
+    first = None
+    for a in args:
+        if type(a) is MaskedBatch:
+            if first is None:
+                if not a._zero:
+                    return False
+                first = a
+            elif not (a is first or a._mask is first._mask and a._zero):
+                return False
+        elif number_ok is None or not number_ok(a):
+            return False
+    return first is not None
+
+
+def _finite_number(a):
+    return type(a) in (int, float) and math.isfinite(a)
+
+
 def _zero_sum(args):
     """``x + y`` / ``x - y``: padding stays 0 when every operand is a
     MaskedBatch with zero padding under the same mask."""
-    return all(is_mb(a) and a._zero and a._mask is args[0]._mask for a in args)
+    return _zero_operands(args)
 
 
 def _zero_product(args):
     """``x * y``: padding stays 0 when the MaskedBatch operands have zero
     padding under one mask and the others are finite numbers."""
-    mbs = [a for a in args if is_mb(a)]
-    return _zero_sum(mbs) and all(
-        is_mb(a) or (isinstance(a, (int, float)) and math.isfinite(a)) for a in args)
+    return _zero_operands(args, _finite_number)
 
 
 def _zero_quotient(args):
     """``x / c``: padding stays 0 for a finite non-zero number c."""
-    return (len(args) == 2 and _zero_sum(args[:1]) and isinstance(args[1], (int, float))
-            and math.isfinite(args[1]) and args[1] != 0)
+    return (len(args) == 2 and _zero_operands(args[:1]) and _finite_number(args[1])
+            and args[1] != 0)
 
 
 def _finite_padding(args, safe=()):
@@ -87,8 +107,9 @@ def _nary(f, zero=None, safe=()):
     def rule(*args, **kwargs):
         if len(args) == 2 and not kwargs:  # the common case, without align's generality
             a, b = args
-            if type(a) is MaskedBatch and (type(b) in (int, float) or type(b) is MaskedBatch and (
-                    b._mask is a._mask and b.dims == a.dims and b._data.shape == a._data.shape)):
+            if type(a) is MaskedBatch and (type(b) in (int, float) or b is a or type(b) is MaskedBatch
+                                           and b._mask is a._mask and b.dims == a.dims
+                                           and b._data.shape == a._data.shape):
                 db = b.padded_data if type(b) is MaskedBatch else b
                 # (zero padding matters only where there is padding)
                 return new(f(a.padded_data, db), a._mask, a.dims,

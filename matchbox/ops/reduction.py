@@ -13,8 +13,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..core import mask_from_lengths
-from ._registry import is_mb, lengths_presence, new, norm_dim, real_mask, register, register_distinct
+from ..core import derived, mask_from_lengths
+from ._registry import (is_mb, lengths_presence, neutralize, new, norm_dim, real_mask, register,
+                        register_distinct)
 
 T = torch.Tensor
 _INF = float("inf")
@@ -62,10 +63,12 @@ class _Reduction:
             if zero:
                 self.empty = torch.stack(zero).any(0) & x._present
         m = real_mask(x)
-        self.masked = m is not None and any(x.dims[d - 1] for d in ds)
-        data = x.padded_data
+        self.masked = m is not None and (x.dims[ds[0] - 1] if len(ds) == 1 else
+                                         any(x.dims[d - 1] for d in ds))
         if self.masked and fill is not None:
-            data = torch.where(m, data, _fill_value(fill, data.dtype))
+            data = neutralize(x, _fill_value(fill, x._data.dtype))
+        else:
+            data = x.padded_data
         if self.full:
             # one value per example: reduce a flat (B, N) view over dim 1
             self.padded_data = data.reshape(B, data.shape[1:].numel())
@@ -92,13 +95,16 @@ class _Reduction:
         x, B = self.x, self.x.padded_data.size(0)
         if self.full and self.user_keepdim:
             out = out.reshape((B,) + (1,) * (x.padded_data.dim() - 1))
-        mask = x._mask
-        if mask is not None and self.ds:
-            mask = mask.any(dim=self.ds, keepdim=self.user_keepdim)
-        if self.user_keepdim:
-            dims = tuple(False if i + 1 in self.ds else d for i, d in enumerate(x.dims))
+        mask, ds, keepdim = x._mask, self.ds, self.user_keepdim
+        if mask is not None and ds:
+            mask = derived(mask, ("any", ds, keepdim), lambda: mask.any(dim=ds, keepdim=keepdim))
+        if len(ds) == 1:
+            d = ds[0]
+            dims = x.dims[:d - 1] + (False,) * keepdim + x.dims[d:]
+        elif keepdim:
+            dims = tuple(False if i + 1 in ds else d for i, d in enumerate(x.dims))
         else:
-            dims = tuple(d for i, d in enumerate(x.dims) if i + 1 not in self.ds)
+            dims = tuple(d for i, d in enumerate(x.dims) if i + 1 not in ds)
         if self.empty is not None:
             return self._kept_sizes(out, dims)
         return new(out, mask, dims)
