@@ -12,17 +12,24 @@ For each op, one call on:
 
 and the ratio of each to ``tensor``.  Inputs require grad, as in training
 (every call records its autograd graph).  ``floor`` is what ``__torch_function__``
-dispatch alone costs: ``torch.tanh`` on an object whose handler returns at once.
+dispatch alone costs: ``torch.tanh`` (an op torch implements in C++) and
+``F.softmax`` (a Python function of torch's, whose dispatch runs in Python)
+on an object whose handler returns at once.
 Timings are the best of several runs of ``number`` calls, in one process, one
-torch thread.
+torch thread, counting the CPU time of the process (not the time other
+processes take the core); the kinds of one op run in turn, run after run, so
+that a drift of the machine's speed hits them alike.
 """
 import argparse
 import json
 import os
+import time
 import timeit
 
 import torch
 import torch.nn as nn
+
+import torch.nn.functional as TF
 
 import matchbox.functional as F
 from matchbox import MaskedBatch
@@ -63,44 +70,48 @@ def _ops(d):
     }
 
 
-def _time(fn, x, number, repeat=5):
-    fn(x)  # warm up (rule caches, allocator)
-    return min(timeit.repeat(lambda: fn(x), number=number, repeat=repeat)) / number * 1e6
+def _time(fn, x, number, lanes_=None):
+    """Microseconds per call of ``fn(x)`` (with ``lanes_`` active), one run."""
+    with lanes(lanes_):
+        return timeit.timeit(lambda: fn(x), number=number, timer=time.process_time) / number * 1e6
 
 
-def measure(B=4, n=8, d=16, number=2000):
+def measure(B=4, n=8, d=16, number=2000, repeat=5):
     """``[{op, kind, us, ratio}]`` for every op and kind."""
     xs, ops = _inputs(B, n, d), _ops(d)
     dormant = torch.arange(B) % 2 == 0
+    cases = {"tensor": (xs["tensor"], None), "static": (xs["static"], None),
+             "dynamic": (xs["dynamic"], None), "dormant": (xs["dynamic"], dormant)}
     rows = []
-    floor = _time(torch.tanh, _Floor(), number)
-    rows.append({"op": "__torch_function__ floor", "kind": "floor", "us": floor, "ratio": None})
+    for op, fn in (("torch.tanh", torch.tanh), ("F.softmax", lambda x: TF.softmax(x, 1))):
+        us = min(_time(fn, _Floor(), number) for _ in range(repeat))
+        rows.append({"op": f"__torch_function__ floor ({op})", "kind": "floor", "us": us,
+                     "ratio": None})
     for name, fn in ops.items():
-        base = _time(fn, xs["tensor"], number)
-        rows.append({"op": name, "kind": "tensor", "us": base, "ratio": 1.0})
-        for kind in ("static", "dynamic", "dormant"):
-            x = xs["dynamic" if kind == "dormant" else kind]
-            if kind == "dormant":
-                with lanes(dormant):
-                    us = _time(fn, x, number)
-            else:
-                us = _time(fn, x, number)
-            rows.append({"op": name, "kind": kind, "us": us, "ratio": us / base})
+        for x, active in cases.values():
+            _time(fn, x, 1, active)  # warm up (rule caches, allocator)
+        runs = [[_time(fn, x, number, active) for x, active in cases.values()]
+                for _ in range(repeat)]  # the kinds in turn, run after run
+        us = dict(zip(cases, map(min, zip(*runs))))
+        for kind in cases:
+            rows.append({"op": name, "kind": kind, "us": us[kind], "ratio": us[kind] / us["tensor"]})
     return rows
 
 
 def table(rows):
     kinds = ["tensor", "static", "dynamic", "dormant"]
     by = {(r["op"], r["kind"]): r for r in rows}
-    floor = next(r["us"] for r in rows if r["kind"] == "floor")
+    floors = {r["op"]: r["us"] for r in rows if r["kind"] == "floor"}
     out = ["| op | " + " | ".join(f"{k} (µs)" for k in kinds) + " | static / tensor | "
            "dynamic / tensor | dormant / tensor |", "|---" * (len(kinds) + 4) + "|"]
     for op in dict.fromkeys(r["op"] for r in rows if r["kind"] != "floor"):
         us = [f"{by[op, k]['us']:.1f}" for k in kinds]
         ratios = [f"{by[op, k]['ratio']:.2f}" for k in kinds[1:]]
         out.append(f"| {op} | " + " | ".join(us + ratios) + " |")
-    out.append(f"\n`__torch_function__` dispatch alone (the floor of any MaskedBatch op): "
-               f"{floor:.1f} µs per call.")
+    out.append("\n`__torch_function__` dispatch alone (the floor of any MaskedBatch op), per "
+               "call: " + ", ".join(f"{us:.1f} µs from {op.split('(')[1][:-1]}"
+                                    for op, us in floors.items())
+               + " (x.op() methods skip it).")
     return "\n".join(out)
 
 
