@@ -90,7 +90,7 @@ def test_a_value_of_different_shapes_per_example_raises_when_used():
 
 @batch
 def no_grad_in_branch(x, w):
-    h = x * w
+    h = x * 1.5
     if x.sum() > 0:
         with torch.no_grad():
             h = h * 2           # these examples' h has no history; the others keep theirs
@@ -191,3 +191,40 @@ def test_returns_of_different_per_example_rank_raise_naming_both_returns():
         returns_of_two_ranks(x)
     # every example takes the same return: no error
     assert returns_of_two_ranks(x[:, :1] * 0 + 1).examples()[0].shape == (1,)
+
+
+@batch
+def reads_around_an_in_place_update(x):
+    """``h`` read several times in each step, changed in place between the
+    reads; examples leave at different steps."""
+    h = x * 1.5
+    n = x.sum() * 0
+    while n < x.abs().sum():
+        a = h * 2 + h * 3          # two reads of one h
+        h.mul_(0.5)                # in place: the reads below see the new h
+        h = h + a * h.tanh()
+        n = n + 1
+    return h * h.sum()
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_reads_around_an_in_place_update_in_a_loop(lengths):
+    mb_test(reads_around_an_in_place_update, (8, (True, 4)), lengths=lengths,
+            dtype=torch.float64, seed=5)
+
+
+@batch
+def sqrt_of_a_value_read_twice(x):
+    """Every read of ``h`` in a step shares one gradient cut: the NaN that
+    the examples done with the loop compute (sqrt of a negative) must not
+    reach their gradients through either read."""
+    h = x
+    while h.sum() > -3:
+        h = h - torch.sqrt(h.sum().clamp(min=0) + 1) + 0 * torch.sqrt(h.sum())
+    return h
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_dormant_nan_stays_out_of_gradients_with_shared_reads(lengths):
+    mb_test(sqrt_of_a_value_read_twice, (8, (True, 3)), lengths=lengths,
+            dtype=torch.float64, seed=6)

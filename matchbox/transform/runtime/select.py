@@ -93,6 +93,16 @@ def _update_of(a, b, lanes):
         and made[2] is lanes
 
 
+def _same_layout(a, b):
+    """Whether MaskedBatches ``a`` and ``b`` have one data shape, dtype,
+    dims and batch-of-one place, and masks of one shape (or the same mask):
+    a per-lane selection of them needs no padding or widening."""
+    ma, mb = a._mask, b._mask
+    return a.dims == b.dims and a._bdim == b._bdim and a._data.shape == b._data.shape \
+        and a._data.dtype == b._data.dtype \
+        and (ma is mb or ma is not None and mb is not None and ma.shape == mb.shape)
+
+
 def _requires_grad(x):
     if isinstance(x, (tuple, list)):
         return any(_requires_grad(v) for v in x)
@@ -115,14 +125,15 @@ def select(lanes, a, b):
 def _select(lanes, a, b):
     if a is b:
         return a
-    if type(a) is MaskedBatch and type(b) is MaskedBatch and a._mask is b._mask \
-            and a.dims == b.dims and a.padded_data.shape == b.padded_data.shape \
-            and a.padded_data.dtype == b.padded_data.dtype and a._bdim == b._bdim:
-        # the common case (loop state of one shape): one where, mask kept
+    if type(a) is MaskedBatch and type(b) is MaskedBatch and _same_layout(a, b):
+        # the common case (loop state of one shape): one where, and one on
+        # the masks unless they are the same Tensor
         if _update_of(a, b, lanes):
             return a
+        ma, mb = a._mask, b._mask
+        mask = ma if ma is mb else torch.where(_lane_view(lanes, ma.dim()), ma, mb)
         return _new(torch.where(_lane_view(lanes, a.padded_data.dim()), a.padded_data,
-                                b.padded_data), a._mask, a.dims, bdim=a._bdim,
+                                b.padded_data), mask, a.dims, bdim=a._bdim,
                     present=_present(lanes, a, b), sizes=a._sizes if a._sizes is b._sizes else None)
     if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
             and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):
