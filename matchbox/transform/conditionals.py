@@ -24,6 +24,10 @@ reach a copy of the gathered rows) and calls no in-place method
 bodies heavy enough to pay for the gather: one that holds a loop or calls
 something other than a tensor method or a ``torch``/``F`` function (a
 module, a method of ``self``, a function).  ``compact=False``: none.
+A branch that holds merged sibling calls (sibling_calls.py) runs gathered
+whenever some lanes skip it (share 1.0): the stacked call runs on its lanes
+only anyway, so gathering saves scattering the calls' results back and
+running the rest of the branch on the lanes that skip it.
 """
 import gast
 
@@ -76,7 +80,11 @@ class _Conditionals(Pass):
                 or self.ctx.compact is None and not _heavy(body, self.ctx.runtime):
             return
         where = f"{kind} branch at {self.ctx.origin.filename}:{node.lineno} (in {self.ctx.fn_name})"
-        call.args += [templates.constant(where), templates.constant(self.ctx.compact)]
+        share = self.ctx.compact
+        if share is None and any(_runtime_call(n, self.ctx.runtime) and n.func.attr == "sibling_calls"
+                                 for n in walk_scope(body)):
+            share = 1.0  # merged recursive calls gather their lanes anyway: always gather the branch
+        call.args += [templates.constant(where), templates.constant(share)]
 
     def visit_IfExp(self, node):
         self.generic_visit(node)

@@ -120,13 +120,16 @@ def test_branch_temporaries_equal_per_example(lengths):
 def test_merged_call_results_are_plain_stores():
     """The merged call's result and the parts that the branch alone reads
     are stored without masking (the stacked call ran for the branch's
-    lanes only)."""
+    lanes only), and the branch that holds the call always runs gathered
+    on its lanes (share 1.0); the leaf branch by the measured rule (None)."""
     from examples.tree_lstm import TreeLSTM
     src = matchbox.to_source(TreeLSTM.encode)
     assert "calls = _mb.sibling_calls(" in src and "_mb.assign(calls" not in src, src
     for name in ("hl", "cl", "loss_l", "correct_l", "hr", "cr", "loss_r", "correct_r"):
         assert f"{name} = tmp" in src, src
     assert "h = _mb.assign(h," in src
+    assert "if_true(cond, 'if branch" in src and "encode)', None)" in src, src
+    assert "if_false(cond, 'else branch" in src and "encode)', 1.0)" in src, src
 
 
 def test_merge_calls_false_disables():
