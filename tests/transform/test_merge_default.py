@@ -132,6 +132,35 @@ def test_merged_call_results_are_plain_stores():
     assert "if_false(cond, 'else branch" in src and "encode)', 1.0)" in src, src
 
 
+@batch
+def sums_of_halves(x, n):
+    if n <= 0:
+        return x.sum(1) + x.size(1)
+    a = sums_of_halves(x * 0.5, n - 1)
+    b = sums_of_halves(x + 1.0, n - 2)
+    return a + b
+
+
+@batch
+def scaled_copies(x, n):
+    if n <= 0:
+        return x * 2.0
+    a = scaled_copies(x * 0.5, n - 1)
+    b = scaled_copies(x + 1.0, n - 2)
+    return a + b
+
+
+@pytest.mark.parametrize("f", [sums_of_halves, scaled_copies])
+def test_merged_calls_keep_empty_examples(f):
+    """An example of length 0 is a real example (it holds a value) in the
+    stacked call's arguments and results too."""
+    x = MaskedBatch.fromlist([torch.randn(1, k, dtype=torch.float64) for k in (3, 0, 2, 0)],
+                             (True,))
+    n = MaskedBatch.fromlist([torch.tensor([k]) for k in (2, 3, 1, 0)], ())
+    assert "sibling_calls" in matchbox.to_source(f)
+    mb_test(f, x, n)
+
+
 def test_merge_calls_false_disables():
     src = matchbox.to_source(batch(fib_like.__wrapped__, merge_calls=False))
     assert "sibling_calls" not in src and "not merged" not in src

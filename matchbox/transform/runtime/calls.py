@@ -149,13 +149,15 @@ def _stackable(values, B):
     return type(a) is MaskedBatch and a._data.size(0) == B and all(
         type(b) is MaskedBatch and a.dims == b.dims and a._data.shape == b._data.shape
         and a._data.dtype == b._data.dtype and (a._mask is None) == (b._mask is None)
-        and (a._mask is None or a._mask.shape == b._mask.shape) for b in values)
+        and (a._mask is None or a._mask.shape == b._mask.shape)
+        and (a._present is None) == (b._present is None)
+        and (a._sizes or {}).keys() == (b._sizes or {}).keys() for b in values)
 
 
 def _stacked(values, parts, rows):
     """The rows ``parts[k]`` (None: all; the active lanes, so a read's cut
     of the dormant ones is not needed: ``uncut``) of each value ``k``, one
-    after the other: one gather (``rows``, see ``_Rows``) of the value the
+    after the other, with their presence and sizes: one gather (``rows``, see ``_Rows``) of the value the
     calls share, or of the calls' values concatenated."""
     def pick(xs):
         if xs[0] is None:
@@ -166,8 +168,9 @@ def _stacked(values, parts, rows):
                 else x.index_select(0, rows.of_one())
         return torch.cat(xs) if rows.all_rows else torch.cat(xs).index_select(0, rows.of_all())
     a = values[0]
+    sizes = a._sizes and {d: pick([v._sizes[d] for v in values]) for d in a._sizes}
     return _new(pick([uncut(v) for v in values]), pick([v._mask for v in values]), a.dims,
-                bdim=a._bdim)
+                bdim=a._bdim, present=pick([v._present for v in values]), sizes=sizes)
 
 
 class _Rows:
@@ -209,7 +212,7 @@ def _unstacked(out, parts, B):
         return tuple(tuple(p[i] for p in split) for i in range(k))
     sizes = [B if rows is None else rows.numel() for rows in parts]
     if type(out) is MaskedBatch and out._data.size(0) == sum(sizes):
-        data, mask = out.padded_data, out._mask
+        data, mask = out.padded_data, out._mask  # (presence and sizes split alike)
         if all(rows is parts[0] for rows in parts):  # k parts of one size: one scatter
             def split(x):
                 x = x.reshape((k, sizes[0]) + x.shape[1:])
@@ -221,8 +224,13 @@ def _unstacked(out, parts, B):
                 xs = x.split(sizes)
                 return [x if rows is None else scatter_rows(x, rows, B)
                         for x, rows in zip(xs, parts)]
-        masks = [None] * k if mask is None else split(mask)
-        return tuple(_new(d, m, out.dims, bdim=out._bdim) for d, m in zip(split(data), masks))
+        def each(x):
+            return [None] * k if x is None else split(x)
+        present, sizes = each(out._present), out._sizes or {}
+        sizes = [dict(zip(sizes, per)) or None for per in zip(*map(split, sizes.values()))] \
+            if sizes else [None] * k
+        return tuple(_new(d, m, out.dims, bdim=out._bdim, present=p, sizes=n)
+                     for d, m, p, n in zip(split(data), each(mask), present, sizes))
     if isinstance(out, (torch.Tensor, MaskedBatch, list, dict, Mixed)):
         raise _Unsplittable(
             f"@batch(merge_calls=True): the merged calls returned a {type(out).__name__} that "
