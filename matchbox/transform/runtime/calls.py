@@ -226,11 +226,10 @@ def _unstacked(out, parts, B):
                         for x, rows in zip(xs, parts)]
         def each(x):
             return [None] * k if x is None else split(x)
-        present, sizes = each(out._present), out._sizes or {}
-        sizes = [dict(zip(sizes, per)) or None for per in zip(*map(split, sizes.values()))] \
-            if sizes else [None] * k
-        return tuple(_new(d, m, out.dims, bdim=out._bdim, present=p, sizes=n)
-                     for d, m, p, n in zip(split(data), each(mask), present, sizes))
+        per_dim = {d: split(n) for d, n in (out._sizes or {}).items()}
+        lengths = [{d: ns[i] for d, ns in per_dim.items()} or None for i in range(k)]
+        return tuple(_new(d, m, out.dims, bdim=out._bdim, present=p, sizes=n) for d, m, p, n
+                     in zip(split(data), each(mask), each(out._present), lengths))
     if isinstance(out, (torch.Tensor, MaskedBatch, list, dict, Mixed)):
         raise _Unsplittable(
             f"@batch(merge_calls=True): the merged calls returned a {type(out).__name__} that "
