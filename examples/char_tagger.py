@@ -16,7 +16,10 @@ another ``@matchbox.batch`` method whose loops (forward and
 LSTMs see each word's own letters; ``nn.Embedding`` lookups in lanes whose
 index is out of the table's range (dormant rare words) that must not raise;
 ``out.append(e)`` + ``F.stack``; and the word-level BiLSTM of
-``examples.bilstm_tagger``.
+``examples.bilstm_tagger``.  The loop over words shares no state between
+words, so ``@batch`` runs it once over every word of every sentence, and
+the rare branch spells all rare words of the batch in one call (docs/batch.md,
+"Loops whose steps share no state").
 
 The synthetic task: each word has a hidden class, spelled out by a class
 suffix (e.g. ``...qe`` for class 2); the tag depends on the classes of the

@@ -9,7 +9,9 @@ a row of the embedding table.  Variants:
 
 - ``per_example``: the example-level ``CharTagger`` on each sentence alone;
 - ``matchbox``: the same module, unchanged, on MaskedBatches of sentences
-  (two dynamic dims for the letters: words and letters);
+  (two dynamic dims for the letters: words and letters); its loop over
+  words runs once over every (sentence, word) pair, so the rare words of
+  the whole batch are spelled together, as the hand-written variant does;
 - ``hand``: what an expert writes for the same module: every rare word of
   every sentence gathered into one padded ``(R, C)`` letter batch and spelled
   by one masked character BiLSTM, its vectors scattered into the padded

@@ -88,9 +88,9 @@ class _Loops(Pass):
                 for target in loop:
                     body
             """
-        appends = self.ctx.map_loops.get(id(node))
-        if appends is not None and not flags:
-            return self._map(node, loop, appends)
+        found = self.ctx.map_loops.get(id(node))
+        if found is not None and not flags:
+            return self._map(node, loop, *found)
         settle = []
         if self.ctx.compact is not None and not flags \
                 and not _stores_into_subscripts(node.body, self.ctx.runtime):
@@ -103,9 +103,10 @@ class _Loops(Pass):
             share=templates.constant(self.ctx.compact), loop=loop, target=node.target, body=node.body)
         return out + settle + self._orelse(node, flags)
 
-    def _map(self, node, loop, appends):
+    def _map(self, node, loop, appends, reads):
         """A loop whose iterations share no state (maps.py): run once on
-        every step; its ``lst.append(v)`` become ``loop.append(lst, v)``."""
+        every step; its ``lst.append(v)`` become ``loop.append(lst, v)``;
+        ``lambda: (reads...)`` gives the values it reads from before it."""
         rt = self.ctx.runtime
         it = node.iter
         zipped = _runtime_call(it, rt, ("zip_",)) and not it.keywords \
@@ -122,12 +123,13 @@ class _Loops(Pass):
                     n.args[0] = lst
         out = templates.replace(
             """
-            with rt.map_loop(desc, limit, zipped) as loop:
+            with rt.map_loop(desc, limit, zipped, lambda: reads) as loop:
                 for target in loop:
                     body
             """, node, rt=rt, desc=self._description("for", node),
-            limit=templates.constant(self.ctx.max_iterations),
-            zipped=templates.constant(zipped), loop=loop, target=node.target, body=node.body)
+            limit=templates.constant(self.ctx.max_iterations), zipped=templates.constant(zipped),
+            reads=gast.Tuple([gast.Name(r, gast.Load(), None, None) for r in reads], gast.Load()),
+            loop=loop, target=node.target, body=node.body)
         out[0].items[0].context_expr.args += args
         return out
 

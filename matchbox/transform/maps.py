@@ -11,25 +11,30 @@ that few pairs take then runs gathered on all of them at once (the rare
 words of every sentence spelled by one character LSTM call).
 
 ``map_loops(fdef)`` gives the ids of those ``for`` nodes, with the names of
-the lists each appends to, on the function as written (before any pass).
+the lists each appends to and of the function's other variables its body
+reads (the runtime weighs what gathering those would copy), on the
+function as written (before any pass).
 """
 import gast
 
-from .analysis import SCOPES, assigned_names, declared_outer, jumps_of_loop, walk_scope
+from .analysis import SCOPES, assigned_names, declared_outer, jumps_of_loop, local_names, walk_scope
 from .effects import _IMPURE_CALLS, _MUTATORS
 
 __all__ = ["map_loops"]
 
 
 def map_loops(fdef):
-    """``{id(for node): frozenset(names of the lists it appends to)}``."""
-    outer = declared_outer(fdef)
+    """``{id(for node): (names of the lists it appends to, names of the
+    function's variables from outside the loop that it reads)}``."""
+    outer, names = declared_outer(fdef), local_names(fdef)
     out = {}
     for loop in walk_scope(fdef.body):
         if isinstance(loop, gast.For) and not loop.orelse:
             appended = _map_appends(fdef, loop, outer)
             if appended is not None:
-                out[id(loop)] = appended
+                local = assigned_names(loop.body) | _target_names(loop.target)
+                reads = set().union(*(_reads(s) for s in loop.body))
+                out[id(loop)] = (appended, sorted(reads & names - local - appended))
     return out
 
 

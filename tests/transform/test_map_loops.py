@@ -132,7 +132,6 @@ def test_rare_words_gathered_once_across_steps(monkeypatch):
     torch.manual_seed(0)
     words = MaskedBatch.fromlist([torch.where(torch.rand(1, n, 3) < 0.1, 1.0, 0.0).double()
                                   for n in range(1, B + 1)], dims=(True, False))
-    letters = mb_rand(B, (True, 4), (True, 5), (False, 3), dtype=torch.float64)
     letters = MaskedBatch.fromlist([torch.randn(1, n, 4, 3, dtype=torch.float64)
                                     for n in range(1, B + 1)], dims=(True, True, False))
     batch(rare_words)(words, letters)
@@ -186,6 +185,25 @@ def _breaks(xs):
 def test_loops_with_state_are_not_maps(f):
     assert "_mb.map_loop(" not in matchbox.to_source(batch(f))
     mb_test(batch(f), SEQ, dtype=torch.float64)
+
+
+def _attends(qs, memory):
+    out = []
+    for q in qs.unbind(1):
+        out.append(torch.softmax(memory @ q.unsqueeze(2), 1).sum(1))
+    return F.stack(out, 1)
+
+
+def test_a_large_value_read_at_every_step_keeps_the_plain_loop(mapped):
+    """Gathering a large per-example value for every step would copy far
+    more than the steps themselves: the loop runs step by step."""
+    assert "_mb.map_loop(" in matchbox.to_source(batch(_attends))
+    mb_test(batch(_attends), (9, (True, 6), (False, 64)), (9, (False, 400), (False, 64)),
+            dtype=torch.float64)
+    assert not mapped
+    mb_test(batch(_attends), (9, (True, 6), (False, 64)), (9, (False, 4), (False, 64)),
+            dtype=torch.float64)
+    assert mapped
 
 
 def test_compact_settings_keep_plain_loops():

@@ -31,16 +31,24 @@ from .loops import for_loop
 
 _new = MaskedBatch._new
 
+# A loop runs as a map unless the values it reads from before it, gathered
+# to every step, would copy more than MAX_COPY times its items' bytes (and
+# over 1 MiB): a memory bound, so that a map never needs much more memory
+# than the loop's own steps.
+MAX_COPY = 4
+
 
 class map_loop(for_loop):
-    """``with map_loop(desc, max, zipped, *its) as loop: for t in loop: body``:
-    the loop over ``zip(*its)`` (``zipped``) or ``its[0]`` (see above)."""
+    """``with map_loop(desc, max, zipped, reads, *its) as loop: for t in loop: body``:
+    the loop over ``zip(*its)`` (``zipped``) or ``its[0]`` (see above);
+    ``reads()``: the values from before the loop that the body reads."""
 
-    def __init__(self, description, max_iterations, zipped, *iterables):
+    def __init__(self, description, max_iterations, zipped, reads, *iterables):
         super().__init__(zip_(*iterables) if zipped else iterables[0], None, description,
                          max_iterations)
         self.codes = codes_of(sys._getframe(1).f_code)
-        self.zipped, self.iterables, self.map, self.running = zipped, iterables, None, False
+        self.zipped, self.reads, self.iterables = zipped, reads, iterables
+        self.map, self.running = None, False
 
     def __exit__(self, *exc):
         if self.running:  # (the body raised)
@@ -71,6 +79,9 @@ class map_loop(for_loop):
         rows, t = pairs // T, pairs % T
         item = tuple(_fold(x, d, steps[0], rows * p.size(1) + t)
                      for (steps, (x, d)), p in zip(sources, presences))
+        if not self._worth_it(item, pairs.numel() / B):
+            yield from super().__iter__()
+            return
         self.map = MapCompaction(rows, B, self.codes, self.description)
         self.presence = presence
         _COMPACT.set(self.map)  # (over None: a map runs in no other compaction)
@@ -82,6 +93,21 @@ class map_loop(for_loop):
         self.running = False
         self._append_steps(pairs, B, T)
         _ACTIVE.set(self.alive)
+
+    def _worth_it(self, item, steps):
+        """False when gathering the values the body reads from before the
+        loop (``steps`` copies of each example's, on average) would copy
+        much more than the loop's items: a large value read at every step
+        (an attention memory) is better read by one step at a time."""
+        try:
+            reads = self.reads()
+        except NameError:  # (one not bound yet on this path)
+            return False
+        def size(v):
+            return v.padded_data.numel() * v.padded_data.element_size() \
+                if type(v) is MaskedBatch else 0
+        copied = steps * sum(map(size, reads))
+        return copied <= MAX_COPY * sum(map(size, item)) + 2 ** 20
 
     def append(self, lst, value):
         """``lst.append(value)`` in the body (``lst`` from before the loop)."""
