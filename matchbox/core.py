@@ -1152,21 +1152,21 @@ def _with_lanes(mask, lanes, ndim):
     return lanes if mask is None else mask & lanes
 
 
-def derived(mask, key, make):
-    """``make()``, a value that depends on bool Tensor ``mask`` alone (a
-    select of it, a reduction, a check of it), kept on ``mask`` under
-    ``key`` (a tuple of ints and strings) while it is unchanged: masks are
-    shared by identity between the values of a batch, so each derivation
-    is made once per mask, not once per op.  Not under torch.compile,
-    which traces the derivation into its graph instead."""
+def derived(mask, key, make, *args):
+    """``make(mask, *args)``, a value that depends on bool Tensor ``mask``
+    alone (a select of it, a reduction, a check of it), kept on ``mask``
+    under ``key`` (a tuple of ints and strings) while it is unchanged:
+    masks are shared by identity between the values of a batch, so each
+    derivation is made once per mask, not once per op.  Not under
+    torch.compile, which traces the derivation into its graph instead."""
     if torch.compiler.is_compiling():
-        return make()
+        return make(mask, *args)
     cache = getattr(mask, "_mb_derived", None)
     if cache is None or cache[0] != mask._version:
         cache = mask._mb_derived = (mask._version, {})
     value = cache[1].get(key)
     if value is None:
-        value = cache[1][key] = make()
+        value = cache[1][key] = make(mask, *args)
     return value
 
 

@@ -131,8 +131,14 @@ def _int_index(x, p, i, op):
         return take(x, p, index, (), op)
     mask = x._mask
     if mask is not None:
-        mask = derived(mask, ("select", p, 0), lambda: mask.select(p, 0))
+        mask = derived(mask, ("select", p, 0), T.select, p, 0)
     return new(x.padded_data.select(p, i), mask, x.dims[:p - 1] + x.dims[p:])
+
+
+def _holds(mask, p, i):
+    """Whether every example of prefix ``mask`` that has entry 0 along
+    dim ``p`` has entry ``i`` (reads the answer on the host)."""
+    return torch.equal(mask.select(p, 0), mask.select(p, i))
 
 
 def _select_real(x, p, i, op):
@@ -141,13 +147,13 @@ def _select_real(x, p, i, op):
     gather), and the mask there is the result's; a present example shorter
     than ``i + 1`` raises."""
     mask = x._mask
-    m = derived(mask, ("select", p, i), lambda: mask.select(p, i))
+    m = derived(mask, ("select", p, i), T.select, p, i)
     out = new(x.padded_data.select(p, i), m, x.dims[:p - 1] + x.dims[p:])
-    if x._present is None and m.device.type == "cpu" and not torch.compiler.is_compiling():
+    if x._present is None and m.is_cpu and not torch.compiler.is_compiling():
         # the masks are prefixes: every example (in the active lanes) that
         # has entry 0 has entry i unless their masks differ (checked once per mask)
         real = real_mask(x)
-        if derived(real, ("holds", p, i), lambda: torch.equal(real.select(p, 0), real.select(p, i))):
+        if derived(real, ("holds", p, i), _holds, p, i):
             return out
     present = lanes_present(x)
     real = m if m.numel() == m.size(0) else m.reshape(m.size(0), -1).any(1)

@@ -625,11 +625,12 @@ class Index(_Adapter):
         x, index = args[0], args[1]
         if not is_mb(x):
             return rule(*args, **kwargs)
-        items = list(index) if isinstance(index, tuple) else [index]
         p = x._bdim
-        if p == 0 and items and (items[0] is Ellipsis and x.dim() > 1
-                                 or isinstance(items[0], slice) and items[0] == slice(None)):
-            return rule(*args, **kwargs)
+        if p == 0:  # the batch-of-one dimension at 0 and kept: the rule as is
+            first = (index[0] if index else None) if isinstance(index, tuple) else index
+            if first is Ellipsis and x.dim() > 1 or isinstance(first, slice) and first == slice(None):
+                return rule(*args, **kwargs)
+        items = list(index) if isinstance(index, tuple) else [index]
         consumed = sum(0 if it is None or it is Ellipsis else
                        (it.dim() if isinstance(it, torch.Tensor) and it.dtype == torch.bool else 1)
                        for it in items)

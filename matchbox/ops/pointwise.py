@@ -34,10 +34,10 @@ def _unary(f, safe=None, keeps_zero=False):
     derivative is not finite everywhere; ``keeps_zero``: f(0) = 0 whatever
     the params."""
     def rule(x, *args, **kwargs):
-        if kwargs.pop("inplace", False):  # F.relu(x, inplace=True), nn.ReLU(inplace=True)
+        if kwargs and kwargs.pop("inplace", False):  # F.relu(x, inplace=True), nn.ReLU(inplace=True)
             from .inplace import write_in_place
             return write_in_place(x, rule, args, kwargs, f"{rule.__name__}(inplace=True)")
-        if not is_mb(x) or any(is_mb(a) for a in args):
+        if type(x) is not MaskedBatch or args and any(is_mb(a) for a in args):
             return _nary(f)(x, *args, **kwargs)
         data = x.padded_data if safe is None else neutralize(x, safe)
         return new(f(data, *args, **kwargs), x._mask, x.dims, keeps_zero and x._zero)

@@ -97,7 +97,7 @@ class _Reduction:
             out = out.reshape((B,) + (1,) * (x.padded_data.dim() - 1))
         mask, ds, keepdim = x._mask, self.ds, self.user_keepdim
         if mask is not None and ds:
-            mask = derived(mask, ("any", ds, keepdim), lambda: mask.any(dim=ds, keepdim=keepdim))
+            mask = derived(mask, ("any", ds, keepdim), T.any, ds, keepdim)
         if len(ds) == 1:
             d = ds[0]
             dims = x.dims[:d - 1] + (False,) * keepdim + x.dims[d:]
