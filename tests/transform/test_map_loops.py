@@ -77,7 +77,22 @@ def in_a_branch(xs, z):
     return y
 
 
-PROGRAMS = {"rare_words": (rare_words, (SEQ, LETTERS)),
+def rare_appends(xs, z):
+    """A rare heavy branch (gathered within the map) appends to two lists."""
+    out, rare = [], []
+    for x in xs.unbind(1):
+        y = x * z
+        if x.sum() > 2.0:
+            h = _CELL(x)[0]
+            out.append(h)
+            rare.append(y + h)
+        else:
+            out.append(y * 2)
+    return F.stack(out, 1), F.stack(rare + [z], 1)
+
+
+PROGRAMS = {"rare_appends": (rare_appends, ((16, (True, 9), (False, 3)), (16, (False, 3)))),
+            "rare_words": (rare_words, (SEQ, LETTERS)),
             "reads_outside": (reads_outside, (SEQ, SCALAR)),
             "inner_loop": (inner_loop, (LETTERS,)),
             "in_a_branch": (in_a_branch, (SEQ, SCALAR))}

@@ -26,6 +26,7 @@ from ...core import MaskedBatch
 from ...ops.shape import Steps
 from .compaction import MapCompaction, codes_of
 from .iterables import zip_
+from .values import Mixed
 from .lists import _append_owned
 from .loops import for_loop
 
@@ -134,7 +135,7 @@ class map_loop(for_loop):
         for t in range(T):
             for k, (lst, _, _) in enumerate(records):
                 if counts[k][t]:
-                    lanes = grids[k][:, t]
+                    lanes = None if counts[k][t] == B else grids[k][:, t]
                     token = _ACTIVE.set(lanes)
                     try:
                         _append_owned(lst, parts[k](t), None)
@@ -182,8 +183,16 @@ def _into(y, pairs, n):
 
 def _split(value, pairs, B, T):
     """``t -> value's lanes of step t`` (as a value of the ``B`` examples)."""
-    if type(value) is not MaskedBatch or value.padded_data.size(0) != pairs.numel():
-        return lambda t: value
+    if isinstance(value, (tuple, list)):
+        parts = [_split(v, pairs, B, T) for v in value]
+        return lambda t: type(value)(p(t) for p in parts)
+    if type(value) is not MaskedBatch:
+        if isinstance(value, (Mixed, dict)):
+            raise NotImplementedError(
+                f"a loop run once over all its steps (a map, docs/batch.md) appended a "
+                f"{type(value).__name__}; append tensors (or tuples of them), or decorate with "
+                f"@batch(compact=False)")
+        return lambda t: value   # the same in every example (a plain Tensor, a number)
     data = _into(value.padded_data, pairs, B * T)
     data = data.view((B, T) + data.shape[1:])
     mask = value._mask
