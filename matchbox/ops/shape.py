@@ -619,6 +619,8 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
     if dynamic is None:
         if all(p is None for p in pres):
             dynamic = False
+        elif torch.compiler.is_compiling():  # no host read in a graph: a dynamic
+            dynamic = True                   # dim whose lengths may all be equal
         else:
             held = _held(pres, ref.padded_data)
             # one host read, not one per element: do the lanes differ, and

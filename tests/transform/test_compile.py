@@ -1,14 +1,17 @@
 """torch.compile of a @batch function gives the numbers of the eager one
-(graph breaks where control flow needs a host decision).  The ``aot_eager``
-backend traces forward and backward through dynamo and AOTAutograd without
-generating kernels, so the test stays fast."""
+(graph breaks where control flow needs a host decision).  A ``for`` over
+the steps of ``x.unbind(d)`` makes none: compiled, every step runs masked
+and appends record their lanes by mask, so the BiLSTM tagger compiles to
+one graph.  The ``aot_eager`` backend traces forward and backward through
+dynamo and AOTAutograd without generating kernels, so the tests stay fast."""
 import copy
 
 import pytest
 import torch
 
 import matchbox
-from matchbox import MaskedBatch
+from examples import bilstm_tagger as ex
+from matchbox import MaskedBatch, example_sum
 from matchbox.transform.runtime import Undefined
 
 
@@ -50,3 +53,29 @@ def test_compiled_batch_function_matches_eager(gather):
                     torch.testing.assert_close(b.detach(), a)
         for a, b in zip(*grads):
             assert torch.allclose(a, b)
+
+
+def _tagger_loss(model, words, tags):
+    return example_sum(model.loss(words, tags, reduction="sum"))
+
+
+@pytest.mark.parametrize("lengths", [(3, 1, 5, 2), (4, 4, 4), (1,)], ids=["random", "equal", "one"])
+def test_bilstm_tagger_compiles_to_one_graph(lengths):
+    """The tagger's loops over ``xs.unbind(1)`` and ``reversed(xs.unbind(1))``
+    with ``out.append(h)`` make no host read compiled (``fullgraph=True``
+    fails on any graph break): the loss and its gradients are the eager
+    ones and the per-example loop's."""
+    grammar = ex.Grammar(vocab=20)
+    model = ex.Tagger(grammar.vocab, grammar.tags, embed=5, hidden=4).double()
+    data = [(w[None], grammar.tag(w)[None])
+            for w in (torch.randint(0, grammar.vocab, (n,)) for n in lengths)]
+    words, tags = ex.make_batch(data)
+    params = list(model.parameters())
+    compiled = torch.compile(_tagger_loss, backend="aot_eager", fullgraph=True, dynamic=False)
+    losses = [compiled(model, words, tags), _tagger_loss(model, words, tags),
+              sum(model.loss(w, t, reduction="sum") for w, t in data)]
+    grads = [torch.autograd.grad(loss, params) for loss in losses]
+    for loss, grad in zip(losses[1:], grads[1:]):
+        torch.testing.assert_close(losses[0], loss)
+        for a, b in zip(grads[0], grad):
+            torch.testing.assert_close(a, b)

@@ -17,11 +17,11 @@ import operator
 
 import torch
 
-from ..._lanes import _ACTIVE
+from ..._lanes import _ACTIVE, _Slot
 from ...core import MaskedBatch
 from ...ops._registry import uncut
 from .compaction import owned as _owned
-from .conditions import _ALL, _within
+from .conditions import _ALL, _inside, _within
 from .select import _canonical, _full_mask, _lane_view, select
 
 _new = MaskedBatch._new
@@ -41,6 +41,27 @@ def _listed(x):
 def _tag(x, presence, counts=None, full=None, length=None):
     x._listed = (presence, counts, full, length)
     return x
+
+
+# Under torch.compile (dynamo sets no attribute on a Tensor, so lanes
+# cannot carry ``_inside``'s record), the lanes of the running step of a
+# for loop over steps and of the step before it, per thread as the active
+# lanes; None outside such a loop.
+_STEP = _Slot()
+
+
+def step_lanes(lanes, last):
+    """Record that ``lanes``, a for loop's step's, lie within ``last``, its
+    last step's (None: all lanes), so appends in the step need no device read."""
+    if torch.compiler.is_compiling():
+        _STEP.set((lanes, _ALL if last is None else last))
+    else:
+        _inside(lanes, last)
+
+
+def _within_step(lanes, outer):
+    step = _STEP.get()
+    return _within(lanes, outer) or step is not None and step[0] is lanes and step[1] is outer
 
 
 def _counts(lst):
@@ -132,7 +153,7 @@ def _append(lst, value):
         lanes = torch.ones_like(last[0])
     counts = _lane_counts(lst, lanes.size(0), lanes.device)
     grown = counts + lanes.long()
-    if last is None or (last[2] is not None and last[3] == len(lst) and _within(own, last[2])) \
+    if last is None or (last[2] is not None and last[3] == len(lst) and _within_step(own, last[2])) \
             or bool(((counts == len(lst)) | ~lanes).all()):
         # every active lane holds every item so far (a loop over a dynamic
         # dim, the common case): the value is a new last item.  Known

@@ -11,6 +11,7 @@ from ..errors import LoopLimitError
 from .compaction import Compaction, StepCompaction, function_codes
 from .conditions import _combine, _inside, cond
 from .iterables import lane_items, per_example_items
+from .lists import _STEP, step_lanes
 
 _new = MaskedBatch._new
 
@@ -121,11 +122,16 @@ class for_loop(_Loop):
         self.iterable, self.extra = per_example_items(iterable), extra
 
     def __iter__(self):
-        steps = _Steps.of(self.iterable)
+        # compiled, no lane count is read: every step with an item in some
+        # lane runs masked (the longest example's steps; a graph has no host reads)
+        masked = torch.compiler.is_compiling()
+        steps = _Steps.of(self.iterable, masked)
         items = lane_items(self.iterable) if steps is None else zip(self.iterable, steps.lanes)
         compacts = self.compact is not None and steps is not None and steps.shrinking \
-            and self.alive is None and self.extra is None and _COMPACT.get() is None
+            and self.alive is None and self.extra is None and _COMPACT.get() is None \
+            and not masked
         last = self.alive  # the lanes of the last iteration that ran
+        outer_step = _STEP.get()
         for t, (item, p) in enumerate(items):
             _ACTIVE.set(self.alive)
             self._tick()
@@ -135,11 +141,15 @@ class for_loop(_Loop):
                 _ACTIVE.set(self.alive)
             else:
                 lanes = _combine(self.alive, p)
-                n = steps.counts[t] if steps is not None and self.alive is None else int(lanes.sum())
-                if n == 0:
-                    continue
+                if masked:
+                    n = None
+                else:
+                    n = steps.counts[t] if steps is not None and self.alive is None \
+                        else int(lanes.sum())
+                    if n == 0:
+                        continue
                 if steps is not None and steps.shrinking:
-                    _inside(lanes, last)
+                    step_lanes(lanes, last)
                 # every lane active: no masked work at all in this iteration
                 last = None if n == lanes.numel() else lanes
                 _ACTIVE.set(last)
@@ -147,6 +157,7 @@ class for_loop(_Loop):
                 if compacts and last is not None and n <= self.compact * lanes.numel():
                     item = self._compacted(item, n, lanes, steps)
             yield item
+        _STEP.set(outer_step)
         if self.compaction is not None:
             self.compaction.check()
         _ACTIVE.set(self.alive)
@@ -175,13 +186,16 @@ class _Steps:
     in the loop then know, without reading the device, that every active
     lane holds every item so far."""
 
-    def __init__(self, presences):  # (B, T) bool
+    def __init__(self, presences, masked):  # (B, T) bool
         self.presences, self.lanes = presences, presences.t().unbind(0)
+        if masked:  # no host read: masks are prefixes (SPEC), counts unknown
+            self.counts, self.shrinking = None, True
+            return
         shrinking = (presences[:, 1:] <= presences[:, :-1]).all()
         host = torch.cat([presences.sum(0), shrinking.long().view(1)]).tolist()
         self.counts, self.shrinking = host[:-1], bool(host[-1])
 
     @classmethod
-    def of(cls, iterable):
+    def of(cls, iterable, masked):
         presences = getattr(iterable, "presences", None)
-        return None if presences is None else cls(presences())
+        return None if presences is None else cls(presences(), masked)
