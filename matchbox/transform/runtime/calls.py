@@ -157,16 +157,17 @@ def _stackable(values, B):
 def _stacked(values, parts, rows):
     """The rows ``parts[k]`` (None: all; the active lanes, so a read's cut
     of the dormant ones is not needed: ``uncut``) of each value ``k``, one
-    after the other, with their presence and sizes: one gather (``rows``, see ``_Rows``) of the value the
-    calls share, or of the calls' values concatenated."""
+    after the other, with their presence and sizes: one gather (``rows``,
+    see ``_Rows``) of the value the calls share, or of the calls' values
+    concatenated."""
     def pick(xs):
         if xs[0] is None:
             return None
+        if rows.all_rows:
+            return torch.cat(xs)
         if all(x is xs[0] for x in xs):
-            x = xs[0]
-            return x.repeat((len(xs),) + (1,) * (x.dim() - 1)) if rows.all_rows \
-                else x.index_select(0, rows.of_one())
-        return torch.cat(xs) if rows.all_rows else torch.cat(xs).index_select(0, rows.of_all())
+            return xs[0].index_select(0, rows.of_one())
+        return torch.cat(xs).index_select(0, rows.of_all())
     a = values[0]
     sizes = a._sizes and {d: pick([v._sizes[d] for v in values]) for d in a._sizes}
     return _new(pick([uncut(v) for v in values]), pick([v._mask for v in values]), a.dims,
