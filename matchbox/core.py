@@ -1164,10 +1164,13 @@ def derived(mask, key, make, *args):
     cache = getattr(mask, "_mb_derived", None)
     if cache is None or cache[0] != mask._version:
         cache = mask._mb_derived = (mask._version, {})
-    value = cache[1].get(key)
-    if value is None:
+    value = cache[1].get(key, _MISSING)
+    if value is _MISSING:
         value = cache[1][key] = make(mask, *args)
     return value
+
+
+_MISSING = object()
 
 
 def uncut(x):

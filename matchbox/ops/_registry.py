@@ -203,7 +203,7 @@ def fail_if(bad, error, summary):
                                     f"eagerly on CPU to see which example)")
 
 
-def gathers_rows(t):
+def gathers_rows(t, small=True):
     """Whether row-wise rules (linear, layer norm, embedding, RNN cells)
     compute only the real rows of ``t`` (gather, run, scatter back: on CPU,
     it skips the work on padding and needs no masking) or every row with
@@ -211,9 +211,12 @@ def gathers_rows(t):
     device).  Under torch.compile, gathers trace into the graph only when
     dynamo captures data-dependent shapes
     (``torch._dynamo.config.capture_dynamic_output_shape_ops``); otherwise
-    ``nonzero`` would break the graph, and every row is masked."""
-    return t.device.type == "cpu" and (not torch.compiler.is_compiling()
-                                       or torch._dynamo.config.capture_dynamic_output_shape_ops)
+    ``nonzero`` would break the graph, and every row is masked.
+    ``small=False``: nor when ``t`` has fewer than ``_ROWS_PAY`` entries,
+    where the gather and scatter cost more than the work on padding they
+    save (rules whose gathers save more, as RNN cells' do, keep them)."""
+    return t.device.type == "cpu" and (small or t.numel() >= _ROWS_PAY) and (
+        not torch.compiler.is_compiling() or torch._dynamo.config.capture_dynamic_output_shape_ops)
 
 
 def true_rows(m, shape=None):

@@ -135,6 +135,15 @@ def _int_index(x, p, i, op):
     return new(x.padded_data.select(p, i), mask, x.dims[:p - 1] + x.dims[p:])
 
 
+def _selected(mask, p, i):
+    """``mask`` at entry ``i`` of dim ``p``; None where every entry there is
+    real (read on the host, on CPU eagerly), so the result pays for no mask."""
+    m = mask.select(p, i)
+    if m.is_cpu and not torch.compiler.is_compiling() and bool(m.all()):
+        return None
+    return m
+
+
 def _holds(mask, p, i):
     """Whether every example of prefix ``mask`` that has entry 0 along
     dim ``p`` has entry ``i`` (reads the answer on the host)."""
@@ -147,8 +156,10 @@ def _select_real(x, p, i, op):
     gather), and the mask there is the result's; a present example shorter
     than ``i + 1`` raises."""
     mask = x._mask
-    m = derived(mask, ("select", p, i), T.select, p, i)
+    m = derived(mask, ("select", p, i), _selected, p, i)
     out = new(x.padded_data.select(p, i), m, x.dims[:p - 1] + x.dims[p:])
+    if m is None:  # every example has entry i
+        return out
     if x._present is None and m.is_cpu and not torch.compiler.is_compiling():
         # the masks are prefixes: every example (in the active lanes) that
         # has entry 0 has entry i unless their masks differ (checked once per mask)

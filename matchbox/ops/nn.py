@@ -30,12 +30,15 @@ def _mask_out(out, m):
 def _per_row(input, m, fn, k=1):
     """``fn`` over the rows (last ``k`` dims) of ``input.padded_data``; non-real rows
     of the result are 0 and pass no gradient.  On CPU only the real rows are
-    computed (see ``gathers_rows``); elsewhere all rows are, with masking."""
-    if _registry.gathers_rows(input):
+    computed (see ``gathers_rows``; not for a small ``input``); elsewhere all
+    rows are, with masking."""
+    if _registry.gathers_rows(input._data, small=False):
         return on_real_rows(input, m, fn, k)
     out = fn(neutralize(input, 0))
-    lead = m.dim() - k
-    return _mask_out(out, m.reshape(m.shape[:lead] + (1,) * (out.dim() - lead)))
+    if out.dim() != m.dim():  # (m is 1 along the last k dims already)
+        lead = m.dim() - k
+        m = m.reshape(m.shape[:lead] + (1,) * (out.dim() - lead))
+    return _mask_out(out, m)
 
 
 def _need_mb(x, opname, argname="input"):
