@@ -57,7 +57,11 @@ def _in_range(index, length, present, real, op, dim, shown=None):
         f"{op}: index {int(shown[k])} is out of range for dimension {dim} of example {k[0]}, "
         f"which has size {int(length.reshape(-1)[k[0]])}"),
         f"{op}: an index is out of range for dimension {dim}")
-    return torch.where(bad, torch.zeros_like(index), index), None if check is None else check & ~bad
+    # every checked entry is in range (or raised); on CPU, eagerly, it raised
+    # already, so with every entry checked the index needs no clamping
+    if check is None and index.device.type == "cpu" and not torch.compiler.is_compiling():
+        return index, None
+    return index.masked_fill(bad, 0), check
 
 
 def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
@@ -84,8 +88,8 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
     mask = x._mask
     if mask is not None:
-        if x.dims[p - 1]:
-            mask = mask.any(p, keepdim=True)
+        if x.dims[p - 1]:  # (B, n): the examples with an entry (faster than a bool any)
+            mask = length > 0 if mask.shape == (B, x._data.size(p)) else mask.any(p, keepdim=True)
         mask = mask.reshape(mask.shape[:p] + (1,) * len(shape) + mask.shape[p + 1:])
     if idx_mask is not None:
         im = idx_mask.reshape((B,) + (1,) * (p - 1) + tuple(idx_mask.shape[1:])

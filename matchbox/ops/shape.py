@@ -76,7 +76,7 @@ def lanes_present(x, active=True):
         return None
     if m.numel() == m.size(0):  # a lane mask (static dims): no reduction
         return m.reshape(m.size(0))
-    return m.reshape(m.size(0), m.shape[1:].numel()).any(1)
+    return m.reshape(m.size(0), m.shape[1:].numel()).sum(1) > 0  # (a bool any(1) is ~5x slower on CPU)
 
 
 def gather_line(t, d, index):
