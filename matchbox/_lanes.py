@@ -33,7 +33,30 @@ class _Slot:
         self._local.value = token
 
 
-_ACTIVE = _Slot()
+class _LaneSlot(_Slot):
+    """The active lanes, and the reads made under them (``reads``): each
+    change of the lanes drops those, so they never outlive the region that
+    made them."""
+
+    def set(self, value):
+        self._local.reads = None
+        return super().set(value)
+
+    def reset(self, token):
+        self._local.reads = None
+        super().reset(token)
+
+    def reads(self):
+        """The dict that @batch's ``read`` keeps the reads made under the
+        active lanes in, so that every read of one value there shares one
+        gradient cut (transform/runtime/assign.py)."""
+        reads = getattr(self._local, "reads", None)
+        if reads is None:
+            reads = self._local.reads = {}
+        return reads
+
+
+_ACTIVE = _LaneSlot()
 # the compaction of the @batch while loop running on its live lanes only
 # (transform/runtime/compaction.py), or None
 _COMPACT = _Slot()

@@ -2,7 +2,10 @@
 
 A local variable read inside a branch or loop body is fed to the code there
 with its dormant lanes detached, so whatever a dormant lane computes (a
-``log`` of a negative, an overflow) adds exactly zero gradient.
+``log`` of a negative, an overflow) adds exactly zero gradient.  The reads
+of one value under the same lanes share that cut; the target of an
+in-place op (``x.add_(v)``, ``torch.relu_(x)``, ``F.relu(x, inplace=True)``,
+``out=x``) is read on its own: ``rt.read(x, shared=False)``.
 
 With ``@batch(compact=...)`` every value loaded in a region goes through
 ``read`` (globals, closure variables, ``obj.attr`` and ``xs[i]`` too), so a
@@ -23,13 +26,21 @@ class _Reads(Pass):
         super().__init__(ctx)
         self.names = names
 
-    def _gated(self, node, local=False):
+    def _gated(self, node, local=False, own=False):
         """``node``, through ``rt.read`` if it is loaded in a region and is a
-        local variable (or anything, when compacting)."""
+        local variable (or anything, when compacting); ``own``: the target
+        of an in-place op, which takes a read of its own."""
         if self.depth and isinstance(node.ctx, gast.Load) and (
                 local or self.ctx.compact is not None):
-            return templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=node)
+            call = "rt.read(x, shared=False)" if own else "rt.read(x)"
+            return templates.replace_as_expression(call, node, rt=self.ctx.runtime, x=node)
         return node
+
+    def _target_of(self, node):
+        """``node`` as an in-place op's target: a local's own read."""
+        if isinstance(node, gast.Name):
+            return self._gated(node, node.id in self.names, own=True)
+        return self.visit(node)
 
     def visit_Name(self, node):
         return self._gated(node, node.id in self.names)
@@ -48,14 +59,23 @@ class _Reads(Pass):
 
     def visit_Call(self, node):
         func = node.func
-        if isinstance(func, gast.Attribute):  # a method: gate its object only
-            if not self._global(func.value):
-                func.value = self.visit(func.value)
-        elif not isinstance(func, gast.Name):
+        name = func.attr if isinstance(func, gast.Attribute) else getattr(func, "id", "")
+        in_place = name.endswith("_") and not name.startswith("_") or any(
+            k.arg == "inplace" and not (isinstance(k.value, gast.Constant) and not k.value.value)
+            for k in node.keywords)
+        targets = False  # are the arguments the in-place op's targets?
+        if isinstance(func, gast.Attribute):
+            if self._global(func.value):  # torch.relu_(x), F.relu(x, inplace=True)
+                targets = in_place
+            else:  # a method: gate its object only; x.add_(v) writes x
+                func.value = self._target_of(func.value) if in_place else self.visit(func.value)
+        elif isinstance(func, gast.Name):
+            targets = in_place
+        else:
             node.func = self.visit(func)
-        node.args = [self.visit(a) for a in node.args]
+        node.args = [self._target_of(a) if targets else self.visit(a) for a in node.args]
         for k in node.keywords:
-            k.value = self.visit(k.value)
+            k.value = self._target_of(k.value) if k.arg == "out" else self.visit(k.value)
         return node
 
     def _target(self, t):

@@ -228,3 +228,35 @@ def sqrt_of_a_value_read_twice(x):
 def test_dormant_nan_stays_out_of_gradients_with_shared_reads(lengths):
     mb_test(sqrt_of_a_value_read_twice, (8, (True, 3)), lengths=lengths,
             dtype=torch.float64, seed=6)
+
+
+@batch
+def in_place_functions_after_reads(x):
+    """In-place functions on a value the step has read already: each
+    writes the value itself (its own read), not the reads' shared copy."""
+    h = x * 1.0
+    n = x.sum() * 0
+    while n < x.abs().sum():
+        a = h * 2 - 1              # reads h
+        torch.neg_(h)              # writes h
+        F.relu(h, inplace=True)    # writes h
+        h = h + a * h.sum()
+        n = n + 1
+    return h
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_in_place_functions_after_reads_write_the_value(lengths):
+    mb_test(in_place_functions_after_reads, (8, (True, 4)), lengths=lengths,
+            dtype=torch.float64, seed=7)
+
+
+def test_shared_reads_end_with_their_region():
+    """The reads a loop step shares are dropped when the lanes change: none
+    is kept (with the data it holds) after the call."""
+    from matchbox._lanes import _ACTIVE
+    x = MaskedBatch.fromlist([torch.randn(1, k, dtype=torch.float64, requires_grad=True)
+                              for k in (1, 3, 5)], (True,))
+    out = reads_around_an_in_place_update(x)
+    assert getattr(_ACTIVE._local, "reads", None) is None
+    out.padded_data.sum().backward()

@@ -34,24 +34,35 @@ def _mixed_assign(lanes, old, new):
     return out if not rest else Mixed([(held, out)] + rest)
 
 
-def read(x):
+def read(x, shared=True):
     """``x`` as read inside a masked region: its dormant lanes are cut from
     the graph, so whatever they compute there adds no gradient (JAX feeds
-    inactive branches stop_gradient'ed inputs the same way)."""
+    inactive branches stop_gradient'ed inputs the same way).  Every read of
+    one value under the same lanes gives the same batch: one cut (one
+    backward node) where each read would make its own.  The target of an
+    in-place op is read with ``shared=False``: a read of its own, whose
+    data is not the cut's view (which no in-place op may write), so that
+    the write reaches ``x``."""
     comp = _owned()
-    if comp is not None:
-        x = comp.take(x)
-    return _read(x)
+    return _read(x if comp is None else comp.take(x), shared)
 
 
-def _read(x):
+def _read(x, shared=True):
     lanes = _ACTIVE.get()
     if type(x) is Mixed:
         x = x.resolve(lanes)
     if lanes is None or type(x) is not MaskedBatch or not x.requires_grad \
             or x.batch_size != lanes.size(0):
         return x
-    return MaskedBatch._read(x, lanes)
+    if not shared or torch.compiler.is_compiling():
+        return MaskedBatch._read(x, lanes)
+    reads, d = _ACTIVE.reads(), x._data
+    hit = reads.get(id(x))
+    if hit is not None and hit[0] is x and hit[1] is d and hit[2] == d._version:
+        return hit[3]
+    r = MaskedBatch._read(x, lanes)
+    reads[id(x)] = (x, d, d._version, r)
+    return r
 
 
 def assign(old, new):
