@@ -23,12 +23,10 @@ takes the same path and can be checked.  A sentence stops after its own
 ``2n`` transitions (stack empty, only ROOT left in the buffer).
 Unlabeled: BIST also scores a label per arc (one more small linear layer).
 
-The stack is a tensor of word positions with a per-example pointer, and the
-"in the stack" / "in the buffer" sets are bool tensors over the sentence:
-per-example Python lists used as stacks (SPEC section 4) do not run under
-``@matchbox.batch`` yet, so this is the tensor form of the obvious code.
-ROOT's position is ``words.size_as_tensor(1) - 1``: ``words.size(1)``, a
-per-example int under ``@batch`` in SPEC section 2, raises there today.
+The stack is a tensor of word positions with a per-example pointer ``sp``,
+"in the stack" a bool tensor over the sentence, and the buffer the words
+``bp..n`` (ROOT's position ``n = words.size(1) - 1``, a per-example int
+under ``@batch``).
 
 Variants:
 
@@ -72,17 +70,19 @@ def at(x, i):
     return x[:, i].squeeze(1)
 
 
-def oracle(heads, in_stack, in_buf, sp, bp, n, s0, s1):
+def oracle(heads, in_stack, position, sp, bp, n, s0, s1):
     """The arc-hybrid dynamic oracle (Goldberg & Nivre 2013) for one
     sentence: the cost (1, 3) of SHIFT, LEFT and RIGHT (the gold arcs each
     makes unreachable) and which of them are valid (1, 3).  ``heads``,
-    ``in_stack``, ``in_buf`` (1, n + 1); the stack size ``sp``, the first
+    ``in_stack``, ``position`` (1, n + 1); the stack size ``sp``, the first
     buffer word ``bp``, ROOT's position ``n``, the top stack words ``s0``,
     ``s1`` (1,) (meaningless where the stack is too short)."""
     h_s0, h_b0 = at(heads, s0), at(heads, bp)
+    in_buf = position >= bp[:, None]                          # the buffer is bp..n
     s0_deps = ((heads == s0[:, None]) & in_buf).sum(1)        # s0's dependents in the buffer
-    left = (at(in_buf, h_s0) & (h_s0 != bp)).long() + ((sp > 1) & (h_s0 == s1)).long() + s0_deps
-    right = at(in_buf, h_s0).long() + s0_deps
+    head_in_buf = h_s0 >= bp                                  # s0's head is in the buffer
+    left = (head_in_buf & (h_s0 != bp)).long() + ((sp > 1) & (h_s0 == s1)).long() + s0_deps
+    right = head_in_buf.long() + s0_deps
     shift = (at(in_stack, h_b0) & (h_b0 != s0)).long() + ((heads == bp[:, None]) & in_stack).sum(1)
     valid = torch.stack([bp < n, (sp > 0) & ((bp < n) | (sp == 1)), sp > 1], 1)
     return torch.stack([shift, left, right], 1), valid
@@ -125,12 +125,11 @@ class Parser(nn.Module):
     def forward(self, words, tags, heads):
         """The summed hinge loss (1,) of parsing one sentence."""
         vecs = self.encode(words, tags)                   # (1, n + 1, d)
-        n = words.size_as_tensor(1) - 1                   # ROOT's position
+        n = words.size(1) - 1                             # ROOT's position
         position = torch.ones_like(words).cumsum(1) - 1
         lmost, rmost = position.clone(), position.clone()  # a word's outermost dependents (itself: none)
         stack = torch.zeros_like(words)                   # word positions, sp of them
         in_stack = torch.zeros_like(words, dtype=torch.bool)
-        in_buf = torch.ones_like(words, dtype=torch.bool)
         sp = words.batch_zeros()                          # (1,)
         bp = words.batch_zeros()                          # the buffer is bp..n
         loss = vecs.new_zeros(1)
@@ -145,14 +144,13 @@ class Parser(nn.Module):
                 feats.append(f)
             feats.append(self.item(vecs, lmost, rmost, bp))
             scores = self.out(torch.tanh(self.hidden(torch.cat(feats, 1))))   # (1, 3)
-            cost, valid = oracle(heads, in_stack, in_buf, sp, bp, n, s0, s1)
+            cost, valid = oracle(heads, in_stack, position, sp, bp, n, s0, s1)
             loss = loss + hinge(scores, cost, valid)
 
             t = scores.masked_fill(~valid, NEG).argmax(1)   # follow the model
             if t == SHIFT:
                 stack[:, sp] = bp
                 in_stack[:, bp] = True
-                in_buf[:, bp] = False
                 sp = sp + 1
                 bp = bp + 1
             elif t == LEFT:
@@ -195,11 +193,11 @@ def hand_loss(model, p):
         xs = torch.cat([_direction(fwd, xs, p.real, False), _direction(bwd, xs, p.real, True)], 2)
     vecs = xs                                                           # (B, T, d)
     n, heads = p.n, p.heads
-    lmost = torch.arange(T, device=dev).repeat(B, 1)                    # positions (B, T)
+    position = torch.arange(T, device=dev)
+    lmost = position.repeat(B, 1)                                       # positions (B, T)
     rmost = lmost.clone()
     stack = torch.zeros(B, T, dtype=torch.long, device=dev)
     in_stack = torch.zeros(B, T, dtype=torch.bool, device=dev)
-    in_buf = p.real.clone()
     sp = torch.zeros(B, dtype=torch.long, device=dev)
     bp = torch.zeros(B, dtype=torch.long, device=dev)
     total = vecs.new_zeros(())
@@ -217,9 +215,11 @@ def hand_loss(model, p):
         scores = model.out(torch.tanh(model.hidden(torch.cat(feats, 1))))    # (B, 3)
 
         h_s0, h_b0 = heads[rows, s0], heads[rows, bp]
+        in_buf = p.real & (position >= bp[:, None])                     # the buffer is bp..n
         s0_deps = ((heads == s0[:, None]) & in_buf).sum(1)
-        left = (in_buf[rows, h_s0] & (h_s0 != bp)).long() + ((sp > 1) & (h_s0 == s1)).long() + s0_deps
-        right = in_buf[rows, h_s0].long() + s0_deps
+        head_in_buf = h_s0 >= bp
+        left = (head_in_buf & (h_s0 != bp)).long() + ((sp > 1) & (h_s0 == s1)).long() + s0_deps
+        right = head_in_buf.long() + s0_deps
         shift = (in_stack[rows, h_b0] & (h_b0 != s0)).long() + ((heads == bp[:, None]) & in_stack).sum(1)
         cost = torch.stack([shift, left, right], 1)
         valid = torch.stack([bp < n, (sp > 0) & ((bp < n) | (sp == 1)), sp > 1], 1)
@@ -230,7 +230,6 @@ def hand_loss(model, p):
         pops = rows[active & (t != SHIFT)]
         stack[shifts, sp[shifts]] = bp[shifts]
         in_stack[shifts, bp[shifts]] = True
-        in_buf[shifts, bp[shifts]] = False
         lmost[lefts, bp[lefts]] = s0[lefts]
         rmost[rights, s1[rights]] = s0[rights]
         in_stack[pops, s0[pops]] = False

@@ -66,20 +66,20 @@ def _arcs_by_oracle(heads, rng):
     n = len(heads) - 1
     h = torch.tensor([heads])
     in_stack = torch.zeros(1, n + 1, dtype=torch.bool)
-    in_buf = torch.ones(1, n + 1, dtype=torch.bool)
+    position = torch.arange(n + 1)[None]
     stack, bp, arcs, paid = [], 0, {}, 0
     while stack or bp < n:
         sp = torch.tensor([len(stack)])
         s0 = torch.tensor([stack[-1] if stack else 0])
         s1 = torch.tensor([stack[-2] if len(stack) > 1 else 0])
-        cost, valid = parser.oracle(h, in_stack, in_buf, sp, torch.tensor([bp]), torch.tensor([n]), s0, s1)
+        cost, valid = parser.oracle(h, in_stack, position, sp, torch.tensor([bp]), torch.tensor([n]), s0, s1)
         options = [t for t in range(3) if valid[0, t]]
         best = min(int(cost[0, t]) for t in options)
         t = rng.choice([t for t in options if int(cost[0, t]) == best])
         paid += best
         if t == parser.SHIFT:
             stack.append(bp)
-            in_stack[0, bp], in_buf[0, bp] = True, False
+            in_stack[0, bp] = True
             bp += 1
         else:
             child = stack.pop()
