@@ -135,7 +135,7 @@ def norm_dim(x, dim, op="this op", allow_batch=False):
     """Normalise a (possibly negative) per-example dim of MaskedBatch ``x``.
     Dim 0 (each example's leading 1, the batch dimension of the MaskedBatch)
     is refused unless ``allow_batch``."""
-    n = x.padded_data.dim()
+    n = x._data.dim()
     if not -n <= dim < n:
         raise IndexError(f"{op}: dimension {dim} out of range for examples with {n} dims")
     dim = dim + n if dim < 0 else dim
@@ -159,7 +159,7 @@ def keep(m, data, fill=0):
     rows (its trailing dims are 1s, as padding masks over static feature
     dims are), index_fill over the False rows is 2-3x faster, forward and
     backward (not under torch.compile: finding the rows breaks the graph)."""
-    if data.device.type == "cpu" and data.numel() >= _ROWS_PAY and data.is_floating_point() \
+    if data.numel() >= _ROWS_PAY and data.is_cpu and data.is_floating_point() \
             and m.dim() == data.dim() and not torch.compiler.is_compiling():
         k = m.dim()
         while k and m.size(k - 1) == 1:

@@ -27,12 +27,13 @@ def _mask_out(out, m):
     return keep(m, out, 0)
 
 
-def _per_row(input, m, fn, k=1):
+def _per_row(input, m, fn, k=1, small=True):
     """``fn`` over the rows (last ``k`` dims) of ``input.padded_data``; non-real rows
     of the result are 0 and pass no gradient.  On CPU only the real rows are
-    computed (see ``gathers_rows``; not for a small ``input``); elsewhere all
-    rows are, with masking."""
-    if _registry.gathers_rows(input._data, small=False):
+    computed (see ``gathers_rows``; with ``small=False``, not for a small
+    ``input``); elsewhere all rows are, with masking (of zeroed rows, which
+    ``fn`` must map to finite values with finite gradients)."""
+    if _registry.gathers_rows(input._data, small):
         return on_real_rows(input, m, fn, k)
     out = fn(neutralize(input, 0))
     if out.dim() != m.dim():  # (m is 1 along the last k dims already)
@@ -67,7 +68,7 @@ def linear(input, weight, bias=None):
     m = real_mask(input)
     if m is None:
         return new(F.linear(input.padded_data, weight, bias), input._mask, input.dims)
-    out = _per_row(input, m, lambda rows: F.linear(rows, weight, bias))
+    out = _per_row(input, m, lambda rows: F.linear(rows, weight, bias), small=False)
     return new(out, input._mask, input.dims, zero=True)
 
 
@@ -105,7 +106,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 
     def lookup(i):
         return F.embedding(i, weight, padding_idx, None, norm_type, False, sparse)
-    out = lookup(idx) if m is None else _per_row(input, m, lookup, k=0)
+    out = lookup(idx) if m is None else _per_row(input, m, lookup, k=0, small=False)
     mask = input._mask
     if mask is not None:
         mask = mask.unsqueeze(-1)

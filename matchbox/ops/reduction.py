@@ -42,12 +42,12 @@ class _Reduction:
 
     def __init__(self, x, dim, keepdim, op, fill=None):
         self.x, self.op, self.user_keepdim = x, op, bool(keepdim)
-        B, n = x.padded_data.size(0), x.padded_data.dim()
-        self.full = dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0)
+        many = isinstance(dim, (tuple, list))
+        self.full = dim is None or many and len(dim) == 0
         try:
             if self.full:
-                ds = tuple(range(1, n))
-            elif isinstance(dim, (tuple, list)):
+                ds = tuple(range(1, x._data.dim()))
+            elif many:
                 ds = tuple(sorted({norm_dim(x, int(d)) for d in dim}))
             else:
                 ds = (norm_dim(x, int(dim)),)
@@ -71,12 +71,13 @@ class _Reduction:
             data = x.padded_data
         if self.full:
             # one value per example: reduce a flat (B, N) view over dim 1
+            B = data.size(0)
             self.padded_data = data.reshape(B, data.shape[1:].numel())
             self.m = None if m is None else m.expand_as(x.padded_data).reshape(B, x.padded_data.shape[1:].numel())
             self.dim, self.keepdim, self.rd = 1, False, (1,)
         else:
             self.padded_data, self.m = data, m
-            self.dim = tuple(ds) if isinstance(dim, (tuple, list)) else ds[0]
+            self.dim = ds if many else ds[0]
             self.keepdim, self.rd = self.user_keepdim, ds
 
     def count(self, keepdim=None, dtype=None):
@@ -92,9 +93,9 @@ class _Reduction:
         return c.to(dtype or self.padded_data.dtype)
 
     def wrap(self, out):
-        x, B = self.x, self.x.padded_data.size(0)
+        x = self.x
         if self.full and self.user_keepdim:
-            out = out.reshape((B,) + (1,) * (x.padded_data.dim() - 1))
+            out = out.reshape((x._data.size(0),) + (1,) * (x._data.dim() - 1))
         mask, ds, keepdim = x._mask, self.ds, self.user_keepdim
         if mask is not None and ds:
             mask = derived(mask, ("any", ds, keepdim), T.any, ds, keepdim)

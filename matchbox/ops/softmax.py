@@ -5,10 +5,12 @@ entries get ``-inf`` first, and afterwards are set to 0, so a row with no
 real entry (padding only, or a dormant lane) yields 0, never NaN.  Along a
 static dim the op is applied as is.  mask and dims are the input's.
 """
+import math
+
 import torch
 import torch.nn.functional as F
 
-from ._registry import keep, new, norm_dim, real_mask, register
+from ._registry import keep, new, norm_dim, real_mask, register, uncut
 
 T = torch.Tensor
 
@@ -27,8 +29,8 @@ def _softmax_rule(name, fn):
         m = real_mask(x)
         if m is None or not x.dims[d - 1]:
             return new(fn(x.padded_data, d, dtype=dtype), x._mask, x.dims)
-        data = x.padded_data if dtype is None else x.padded_data.to(dtype)
-        out = fn(keep(m, data, float("-inf")), d)
+        data = uncut(x) if dtype is None else uncut(x).to(dtype)  # (only real entries are read)
+        out = fn(keep(m, data, -math.inf), d)
         return new(keep(m, out, 0.0), x._mask, x.dims, zero=True)
     rule.__name__ = rule.__qualname__ = name
     rule.__doc__ = f"``{name}`` normalised over the real entries of ``dim``."
