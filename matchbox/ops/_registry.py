@@ -262,11 +262,13 @@ def on_real_rows(x, m, fn, k=1):
     return scatter_rows(y, rows, lead.numel()).view(lead + y.shape[1:])
 
 
-def neutralize(x, fill):
+def neutralize(x, fill, m=None):
     """``x.padded_data`` with every non-real entry (padding, dormant lanes) set to
     ``fill`` (see ``keep``: gradients there are exactly zero).  Free when
-    the padding is known to be 0 already and every lane is active."""
-    m = real_mask(x)
+    the padding is known to be 0 already and every lane is active.  ``m``:
+    ``real_mask(x)``, where the caller has it."""
+    if m is None:
+        m = real_mask(x)
     if m is None or (m is x._mask and x._zero and fill == 0):
         return x.padded_data
     return keep(m, uncut(x), fill)

@@ -66,7 +66,7 @@ class _Reduction:
         self.masked = m is not None and (x.dims[ds[0] - 1] if len(ds) == 1 else
                                          any(x.dims[d - 1] for d in ds))
         if self.masked and fill is not None:
-            data = neutralize(x, _fill_value(fill, x._data.dtype))
+            data = neutralize(x, _fill_value(fill, x._data.dtype), m)
         else:
             data = x.padded_data
         if self.full:
