@@ -27,6 +27,7 @@ entries of active lanes.
 """
 import torch
 
+from .. import _lanes
 from ..core import derived, mask_from_lengths, squeezed
 from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb,
                         lengths_presence, new,
@@ -74,11 +75,13 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     """
     B = x.padded_data.size(0)
     length = x._lengths(p)[:, None]
+    every = _every_row_real(x, p, length)  # then the result needs no mask
     orig = index
     if negative:
         index = torch.where(index < 0, index + length, index)
     im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
-    index, keep = _in_range(index, length, lanes_present(x), im, op, p, shown=orig)
+    present = _lanes.active_lanes() if every else lanes_present(x)
+    index, keep = _in_range(index, length, present, im, op, p, shown=orig)
     data = gather_line(x.padded_data, p, index)
     if keep is not None:
         keep = keep.expand_as(index).reshape(
@@ -88,14 +91,28 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
     mask = x._mask
     if mask is not None:
-        if x.dims[p - 1]:  # (B, n): the examples with an entry (faster than a bool any)
+        if every:
+            mask = None
+        elif x.dims[p - 1]:  # (B, n): the examples with an entry (faster than a bool any)
             mask = length > 0 if mask.shape == (B, x._data.size(p)) else mask.any(p, keepdim=True)
+    if mask is not None:
         mask = mask.reshape(mask.shape[:p] + (1,) * len(shape) + mask.shape[p + 1:])
     if idx_mask is not None:
         im = idx_mask.reshape((B,) + (1,) * (p - 1) + tuple(idx_mask.shape[1:])
                               + (1,) * (x.padded_data.dim() - p - 1))
         mask = im if mask is None else mask & im
     return new(data, canon_mask(mask, data.shape, dims), dims)
+
+
+def _every_row_real(x, p, length):
+    """Whether every example of ``x`` (with a ``(B, n)`` mask, ``n`` along
+    dynamic dim ``p``) has an entry (``length`` > 0): read on the host once
+    per mask, on CPU only; then indexing along ``p`` gives a value in every
+    lane, which needs no mask."""
+    m = x._mask
+    return m is not None and x._present is None and x.dims[p - 1] and m.device.type == "cpu" \
+        and not torch.compiler.is_compiling() and m.shape == (x._data.size(0), x._data.size(p)) \
+        and derived(m, ("every row real", p), lambda m: bool((length > 0).all()))
 
 
 def _per_example_index(x, p, idx, op, negative=True):
