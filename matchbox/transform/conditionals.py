@@ -21,9 +21,10 @@ function's ``compact=`` share:
 That is every branch whose body stores into no subscript (the store would
 reach a copy of the gathered rows) and calls no in-place method
 (``x.add_(v)``, ``inplace=True``); with the default ``compact=None`` only
-bodies heavy enough to pay for the gather: one that holds a loop or calls
+bodies heavy enough to pay for the gather: one that holds a loop, or calls
 something other than a tensor method or a ``torch``/``F`` function (a
-module, a method of ``self``, a function).  ``compact=False``: none.
+module, a method of ``self``, a function) and reads at most
+``BRANCH_MAX_READS`` variables.  ``compact=False``: none.
 A branch that holds merged sibling calls (sibling_calls.py) runs gathered
 whenever some lanes skip it (share 1.0): the stacked call runs on its lanes
 only anyway, so gathering saves scattering the calls' results back and
@@ -158,12 +159,26 @@ def _root(expr, rt):
             return expr.id if isinstance(expr, gast.Name) else None
 
 
+# A body without a loop that reads more variables than this (``self`` aside)
+# pays more for gathering them than running it on the branch's lanes saves
+# (the parser's ``if sp > j: f = self.item(vecs, lmost, rmost, ...)``, 6
+# reads: 9% slower gathered; the char tagger's ``e = self.spell(letters)``,
+# 1 read: 3-8x faster; compaction.py has the per-read cost).
+BRANCH_MAX_READS = 3
+
+
 def _heavy(body, rt):
-    """Does ``body`` hold a loop or call something heavier than one op?"""
+    """Does ``body`` hold a loop, or call something heavier than one op
+    while reading at most ``BRANCH_MAX_READS`` variables?"""
+    if any(isinstance(n, gast.With) and _runtime_call(n.items[0].context_expr, rt)
+           and n.items[0].context_expr.func.attr in ("for_loop", "while_loop", "map_loop")
+           for n in walk_scope(body)):
+        return True
+    reads = {n.args[0].id for n in walk_scope(body) if _runtime_call(n, rt) and n.func.attr == "read"
+             and n.args and isinstance(n.args[0], gast.Name) and n.args[0].id != "self"}
+    if len(reads) > BRANCH_MAX_READS:
+        return False
     for n in walk_scope(body):
-        if isinstance(n, gast.With) and _runtime_call(n.items[0].context_expr, rt) \
-                and n.items[0].context_expr.func.attr in ("for_loop", "while_loop"):
-            return True
         if not isinstance(n, gast.Call) or _runtime_call(n, rt):
             continue
         func = n.func

@@ -240,6 +240,24 @@ def test_source_names_gatherable_branches():
     assert "branch at" not in matchbox.to_source(batch(in_place, compact=1.0))
 
 
+def _many_reads(a, b, c, d, z):
+    y = z * 1.0
+    if z.sum() > 0:
+        y = _HEAVY(a + b + c + d)
+    return y
+
+
+def test_a_call_reading_many_values_stays_masked():
+    """Gathering each value costs more than the call saves: by default a
+    body with no loop that reads more than BRANCH_MAX_READS values stays
+    masked; compact=s still gathers it; a body with a loop always may."""
+    assert "branch at" not in matchbox.to_source(batch(_many_reads))
+    assert "branch at" in matchbox.to_source(batch(_many_reads, compact=0.5))
+    assert "branch at" in matchbox.to_source(batch(calls_a_loop))
+    mb_test(batch(_many_reads), *[SCALAR] * 5, dtype=torch.float64,
+            params=list(_HEAVY.parameters()))
+
+
 def test_in_loop_compaction_branches_stay_masked(gathered):
     def loop(x, z):
         h = x * 1.0
