@@ -82,10 +82,13 @@ def _close(a, b, rtol, atol):
 
 def check(variants, trains, rtol=1e-4, atol=1e-5):
     """Raise AssertionError unless every variant agrees with the per-example
-    one (loss and gradients when training, outputs otherwise)."""
+    one (loss and gradients when training, outputs otherwise).  Returns the
+    seconds each variant's first run took (with its backward): for a
+    compiled variant, mostly the time to compile it."""
     ref_name = "per_example" if "per_example" in variants else next(iter(variants))
-    results = {}
+    results, first = {}, {}
     for name, v in variants.items():
+        start = time.perf_counter()
         if trains:
             v.model.zero_grad(set_to_none=True)
             loss = v.run()
@@ -95,6 +98,7 @@ def check(variants, trains, rtol=1e-4, atol=1e-5):
         else:
             with torch.no_grad():
                 results[name] = (v.run(), {})
+        first[name] = time.perf_counter() - start
     ref_out, ref_grads = results[ref_name]
     for name, (out, grads) in results.items():
         outs = out if isinstance(out, (list, tuple)) else [out]
@@ -106,6 +110,7 @@ def check(variants, trains, rtol=1e-4, atol=1e-5):
                 worst = (grads[k].double().cpu() - ref_grads[k].double().cpu()).abs().max()
                 raise AssertionError(f"{name}: gradient of {k} differs from {ref_name} "
                                      f"(worst {worst:.2e})")
+    return first
 
 
 def time_interleaved(variants, trains, device, repeats=5, warmup=2, budget=None):

@@ -48,11 +48,14 @@ def run_one(task, batch_size, size, device, repeats, seed=0, kinds=None):
     variants = mod.build(batch_size=batch_size, device=device, size=size, seed=seed)
     if kinds:
         variants = {k: v for k, v in variants.items() if k in kinds}
-    harness.check(variants, mod.TRAINS)
+    first = harness.check(variants, mod.TRAINS)
     seconds = harness.time_interleaved(variants, mod.TRAINS, device, repeats=repeats,
                                        budget=20.0)
+    # compile_seconds: a compiled variant's first step (it compiles) less a step
     return [dict(task=task, size=size, batch_size=batch_size, variant=k, seconds=s,
-                 device=str(device), trains=mod.TRAINS, note=variants[k].note)
+                 device=str(device), trains=mod.TRAINS, note=variants[k].note,
+                 first_step_seconds=first[k],
+                 **({"compile_seconds": first[k] - s} if k.endswith("compiled") else {}))
             for k, s in seconds.items()]
 
 
@@ -63,19 +66,26 @@ def ratio(a, b):
 def table(records):
     """Markdown: seconds per batch per variant, and the two ratios."""
     kinds = [k for k in harness.KINDS if any(r["variant"] == k for r in records)]
-    rows = {}
+    rows, compile_s = {}, {}
     for r in records:
-        rows.setdefault((r["task"], r["size"], r["batch_size"]), {})[r["variant"]] = r["seconds"]
+        key = (r["task"], r["size"], r["batch_size"])
+        rows.setdefault(key, {})[r["variant"]] = r["seconds"]
+        if "compile_seconds" in r:
+            compile_s.setdefault(key, {})[r["variant"]] = r["compile_seconds"]
     head = ["task", "size", "batch"] + [f"{k} (s)" for k in kinds] + [
         "matchbox / hand", "whole / hand", "compact / hand", "merged / hand", "compiled mb / hand",
-        "per-example / matchbox"]
+        "compiled mb / compiled", "per-example / matchbox", "compile hand, mb (s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (task, size, bs), t in rows.items():
         cells = [task, size, str(bs)] + [f"{t[k]:.4f}" if k in t else "–" for k in kinds]
         cells += [ratio(t.get(k), t.get("hand"))
                   for k in ("matchbox", "matchbox_whole", "matchbox_compact", "matchbox_merged",
                             "matchbox_compiled")]
+        cells.append(ratio(t.get("matchbox_compiled"), t.get("compiled")))
         cells.append(ratio(t.get("per_example"), t.get("matchbox")))
+        c = compile_s.get((task, size, bs), {})
+        cells.append(", ".join(f"{c[k]:.0f}" if k in c else "–"
+                               for k in ("compiled", "matchbox_compiled")) if c else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

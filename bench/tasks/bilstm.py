@@ -1,6 +1,12 @@
 """BiLSTM tagger training step (examples/bilstm_tagger.py), the autobatching
 paper's task: forward + backward + SGD step on a batch of sentences.
 
+``compiled`` / ``matchbox_compiled`` are ``torch.compile(dynamic=False)``
+of the hand-written / the matchbox loss, compiled during the runner's
+check (``build(..., compiled=False)`` leaves them out).  The matchbox
+loss compiles to one graph: compiled, its step loops run every step
+masked and make no host read.
+
 Sizes: ``paper`` is the autobatching paper's (2 layers, 256 hidden, 128-dim
 embeddings); ``small`` fits a laptop CPU (1 layer, 64 hidden)."""
 import torch
@@ -90,7 +96,11 @@ class WholeTagger(nn.Module):
         return grads
 
 
-def build(batch_size=64, device="cpu", size="small", seed=0):
+def matchbox_loss(model, words, tags):
+    return example_sum(model.loss(words, tags, reduction="sum"))
+
+
+def build(batch_size=64, device="cpu", size="small", seed=0, compiled=True):
     torch.manual_seed(seed)
     grammar = Grammar(vocab=1000, seed=seed)
     model = Tagger(grammar.vocab, grammar.tags, **SIZES[size]).to(device)
@@ -107,7 +117,7 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
     mb_words = MaskedBatch.fromlist([w for w, _ in examples], dims=(True,))
     mb_tags = MaskedBatch.fromlist([t for _, t in examples], dims=(True,))
     def matchbox():
-        return example_sum(mb.loss(mb_words, mb_tags, reduction="sum"))
+        return matchbox_loss(mb, mb_words, mb_tags)
 
     hand = fresh(model)
     p_words, p_tags = mb_words.to_padded(), mb_tags.to_padded()
@@ -123,8 +133,19 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
     def matchbox_whole():
         return example_sum(whole.loss(mb_words, mb_tags))
 
-    return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
-            "matchbox": Variant(matchbox, mb),
-            "matchbox_compact": Variant(matchbox_compact, compact, note="@batch(compact=1.0)"),
-            "matchbox_whole": Variant(matchbox_whole, whole, grads=whole.cell_grads,
-                                      note="nn.LSTM(bidirectional) on a MaskedBatch")}
+    variants = {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
+                "matchbox": Variant(matchbox, mb),
+                "matchbox_compact": Variant(matchbox_compact, compact, note="@batch(compact=1.0)"),
+                "matchbox_whole": Variant(matchbox_whole, whole, grads=whole.cell_grads,
+                                          note="nn.LSTM(bidirectional) on a MaskedBatch")}
+    if compiled:
+        comp = fresh(model)
+        hand_fn = torch.compile(hand_loss, dynamic=False)
+        variants["compiled"] = Variant(lambda: hand_fn(comp, p_words, p_tags, real), comp,
+                                       note="torch.compile(hand_loss, dynamic=False)")
+        mb_comp = fresh(model)
+        mb_fn = torch.compile(matchbox_loss, dynamic=False)
+        variants["matchbox_compiled"] = Variant(
+            lambda: mb_fn(mb_comp, mb_words, mb_tags), mb_comp,
+            note="torch.compile(matchbox_loss, dynamic=False): one graph, every step masked")
+    return variants
