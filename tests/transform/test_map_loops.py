@@ -221,6 +221,24 @@ def test_a_large_value_read_at_every_step_keeps_the_plain_loop(mapped):
     assert mapped
 
 
+def _reads_a_per_example_list(xs, z):
+    hs = []
+    h = z * 1.0
+    for x in xs.unbind(1):
+        h = h + x
+        hs.append(h)              # per-example lengths
+    out = []
+    for y in xs.unbind(1):
+        out.append(y * len(hs))   # a map that reads the per-example list
+    return F.stack(out, 1)
+
+
+def test_a_map_reading_a_per_example_list_runs_step_by_step(mapped):
+    assert "_mb.map_loop(" in matchbox.to_source(batch(_reads_a_per_example_list))
+    mb_test(batch(_reads_a_per_example_list), SEQ, SCALAR, dtype=torch.float64)
+    assert not mapped
+
+
 def test_compact_settings_keep_plain_loops():
     assert "_mb.map_loop(" not in matchbox.to_source(batch(rare_words, compact=False))
     assert "_mb.map_loop(" not in matchbox.to_source(batch(rare_words, compact=0.5))

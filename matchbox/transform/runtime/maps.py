@@ -99,12 +99,20 @@ class map_loop(for_loop):
         """False when gathering the values the body reads from before the
         loop (``steps`` copies of each example's, on average) would copy
         much more than the loop's items: a large value read at every step
-        (an attention memory) is better read by one step at a time."""
+        (an attention memory) is better read by one step at a time.  False
+        too when one is a per-example list or holds values of different
+        ranks (``Mixed``), which cannot be gathered."""
         try:
             reads = self.reads()
         except NameError:  # (one not bound yet on this path)
             return False
+        if any(type(v) is Mixed or type(v) is list and any(
+                getattr(x, "_listed", None) is not None for x in v) for v in reads):
+            return False   # (a per-example list, a variable holding ranks that differ)
+
         def size(v):
+            if type(v) is list:
+                return sum(map(size, v))
             return v.padded_data.numel() * v.padded_data.element_size() \
                 if type(v) is MaskedBatch else 0
         copied = steps * sum(map(size, reads))
