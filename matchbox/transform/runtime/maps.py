@@ -51,11 +51,18 @@ class map_loop(for_loop):
         self.zipped, self.reads, self.iterables = zipped, reads, iterables
         self.map, self.running = None, False
 
-    def __exit__(self, *exc):
-        if self.running:  # (the body raised)
+    def __exit__(self, kind, error, tb):
+        if self.running:  # the body raised
             _COMPACT.reset(None)
             self.running = False
-        return super().__exit__(*exc)
+            if isinstance(error, Exception):
+                error.add_note(
+                    f"(matchbox: {self.description} ran once over every (example, step) pair, "
+                    f"its steps sharing no state (docs/batch.md); a value of the whole batch "
+                    f"that reaches it other than through a variable, e.g. an attribute of self, "
+                    f"does not match those lanes: read it into a variable before the loop, or "
+                    f"use @batch(compact=False))")
+        return super().__exit__(kind, error, tb)
 
     def __iter__(self):
         sources = _sources(self.iterables)
