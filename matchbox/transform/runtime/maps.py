@@ -57,11 +57,11 @@ class map_loop(for_loop):
             self.running = False
             if isinstance(error, Exception):
                 error.add_note(
-                    f"(matchbox: {self.description} ran once over every (example, step) pair, "
-                    f"its steps sharing no state (docs/batch.md); a value of the whole batch "
-                    f"that reaches it other than through a variable, e.g. an attribute of self, "
-                    f"does not match those lanes: read it into a variable before the loop, or "
-                    f"use @batch(compact=False))")
+                    f"(matchbox: raised in {self.description}, run once over every (example, "
+                    f"step) pair since its steps share no state (docs/batch.md). If batch sizes "
+                    f"differ: a value of the whole batch reached it other than through a "
+                    f"variable, e.g. an attribute of self; read it into a variable before the "
+                    f"loop, or use @batch(compact=False))")
         return super().__exit__(kind, error, tb)
 
     def __iter__(self):
