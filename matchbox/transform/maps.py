@@ -90,6 +90,13 @@ def _map_appends(fdef, loop, outer):
     for n in nodes:   # an appended list is only appended to
         if isinstance(n, gast.Name) and n.id in appended and id(n) not in receivers:
             return None
+    # an attribute the function sets (self.memory = ...) may hold the whole
+    # batch, which the body's lanes (the steps) cannot read
+    stored = {(n.value.id, n.attr) for n in walk_scope(fdef.body) if isinstance(n, gast.Attribute)
+              and isinstance(n.value, gast.Name) and isinstance(n.ctx, gast.Store)}
+    if any(isinstance(n, gast.Attribute) and isinstance(n.value, gast.Name)
+           and (n.value.id, n.attr) in stored for n in nodes):
+        return None
     if not _defined_before_read(body, local, set(targets)):
         return None
     return frozenset(appended)

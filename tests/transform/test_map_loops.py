@@ -239,6 +239,21 @@ def test_a_map_reading_a_per_example_list_runs_step_by_step(mapped):
     assert not mapped
 
 
+class _Memory(nn.Module):
+    def forward(self, xs):
+        self.memory = xs.sum(1)           # the whole batch, kept on self
+        out = []
+        for x in xs.unbind(1):
+            out.append(x + self.memory)
+        return F.stack(out, 1)
+
+
+def test_an_attribute_the_function_sets_keeps_the_plain_loop():
+    assert "_mb.map_loop(" not in matchbox.to_source(batch(_Memory.forward))
+    _Memory.forward = batch(_Memory.forward)
+    mb_test(_Memory(), SEQ, dtype=torch.float64)
+
+
 def test_compact_settings_keep_plain_loops():
     assert "_mb.map_loop(" not in matchbox.to_source(batch(rare_words, compact=False))
     assert "_mb.map_loop(" not in matchbox.to_source(batch(rare_words, compact=0.5))
