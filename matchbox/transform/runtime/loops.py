@@ -121,6 +121,14 @@ class for_loop(_Loop):
         super().__init__(description, max_iterations, compact)
         self.iterable, self.extra = per_example_items(iterable), extra
 
+    def __enter__(self):
+        self.outer_step = _STEP.get()  # a loop around this one's (step_lanes)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _STEP.set(self.outer_step)
+        return super().__exit__(*exc)
+
     def __iter__(self):
         # compiled, no lane count is read: every step with an item in some
         # lane runs masked (the longest example's steps; a graph has no host reads)
@@ -131,7 +139,6 @@ class for_loop(_Loop):
             and self.alive is None and self.extra is None and _COMPACT.get() is None \
             and not masked
         last = self.alive  # the lanes of the last iteration that ran
-        outer_step = _STEP.get()
         for t, (item, p) in enumerate(items):
             _ACTIVE.set(self.alive)
             self._tick()
@@ -157,7 +164,6 @@ class for_loop(_Loop):
                 if compacts and last is not None and n <= self.compact * lanes.numel():
                     item = self._compacted(item, n, lanes, steps)
             yield item
-        _STEP.set(outer_step)
         if self.compaction is not None:
             self.compaction.check()
         _ACTIVE.set(self.alive)
