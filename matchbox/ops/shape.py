@@ -594,7 +594,19 @@ def cat(sequence, dim=0, *, axis=None, out=None):
     if out is not None:
         raise ValueError("cat: out= is not supported for MaskedBatch")
     d = _new_dim(dim, ref.padded_data.dim(), "cat")
-    return _cat([_as_batch(s, ref, "cat") for s in seq], d, "cat")
+    parts = [_as_batch(s, ref, "cat") for s in seq]
+    dynamic = False
+    if not any(p.dims[d - 1] for p in parts) and any(_lane_held(p) for p in parts):
+        # items of a per-example list (or steps of x.unbind(d)) that some
+        # examples lack: skipped there, as stack skips them
+        dynamic = _items_differ([lanes_present(p, False) for p in parts], ref.padded_data)[0]
+    return _cat(parts, d, "cat", dynamic)
+
+
+def _lane_held(x):
+    """Can ``x`` be absent from a lane (a value that only some examples hold)?"""
+    m = x._mask
+    return x._present is not None or m is not None and m.numel() == m.size(0)
 
 
 @register_distinct(torch.stack)
@@ -614,24 +626,30 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
     parts = [_as_batch(s, ref, "stack") for s in seq]
     d = _new_dim(dim, ref.padded_data.dim() + 1, "stack")
     pres = [lanes_present(p, False) for p in parts]
-    gaps = any(p is not None for p in pres[:-1])  # an example may lack an item before its last
-    held = None
     if dynamic is None:
-        if all(p is None for p in pres):
-            dynamic = False
-        elif torch.compiler.is_compiling():  # no host read in a graph: a dynamic
-            dynamic = True                   # dim whose lengths may all be equal
-        else:
-            held = _held(pres, ref.padded_data)
-            # one host read, not one per element: do the lanes differ, and
-            # does an item ever exist where the one before it does not?
-            same, prefix = torch.stack([(held == held[:1]).all(),
-                                        (held[1:] <= held[:-1]).all()]).tolist()
-            dynamic, gaps = not same, gaps and not prefix
+        dynamic, gaps, held = _items_differ(pres, ref.padded_data)
+    else:  # an example may lack an item before its last
+        gaps, held = any(p is not None for p in pres[:-1]), None
     shape = ref.padded_data.shape
     if all(p.padded_data.shape == shape and not any(p.dims) for p in parts):
         return _stack_static(parts, pres, held, d, bool(dynamic), gaps)
     return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
+
+
+def _items_differ(pres, like):
+    """For items held in lanes ``pres`` (each a bool ``(B,)``, None for
+    all): ``(dynamic, gaps, held)``: do examples hold different numbers of
+    them, may an example lack an item that one after it has, and the
+    ``(k, B)`` lanes if read.  One host read for the whole sequence (none
+    in a compiled graph: a dynamic dim whose lengths may all be equal)."""
+    gaps = any(p is not None for p in pres[:-1])
+    if all(p is None for p in pres):
+        return False, False, None
+    if torch.compiler.is_compiling():
+        return True, gaps, None
+    held = _held(pres, like)
+    same, prefix = torch.stack([(held == held[:1]).all(), (held[1:] <= held[:-1]).all()]).tolist()
+    return not same, gaps and not prefix, held
 
 
 def _held(pres, like):

@@ -173,6 +173,40 @@ def test_stack_infers_dynamic_and_compacts(pattern):
     assert torch.equal(vals.grad, mask)
 
 
+@pytest.mark.parametrize("pattern", [
+    [[1, 1, 1], [1, 0, 1], [1, 0, 0]],
+    [[1, 1, 1], [0, 1, 1], [1, 1, 0]],
+    [[1, 1, 1], [1, 1, 1]],              # same lanes: a static dim
+])
+def test_cat_skips_items_a_lane_lacks(pattern):
+    """``torch.cat`` of a per-example list's items (or of the steps of
+    ``x.unbind(1)``) along a static dim: each example concatenates the items
+    it holds, as ``stack`` does; the dim is dynamic when the counts differ."""
+    B, K = 3, len(pattern)
+    vals = torch.randn(K, B, 3, dtype=torch.float64, requires_grad=True)
+    elems = [_lane_batch(list(vals[k]), [bool(v) for v in pattern[k]]) for k in range(K)]
+    out = torch.cat(elems, 1)
+    same = all(row == pattern[0] for row in pattern)
+    assert out.dims == (not same,)
+    for b, e in enumerate(out.examples()):
+        assert torch.equal(e, torch.cat([vals[k, b] for k in range(K) if pattern[k][b]]).unsqueeze(0))
+    out.to_padded(0).sum().backward()
+    mask = torch.tensor(pattern, dtype=torch.float64).unsqueeze(-1).expand(K, B, 3)
+    assert torch.equal(vals.grad, mask)
+
+
+@pytest.mark.parametrize("lengths", [(2, 4, 1), (3, 3), (1,)])
+def test_cat_of_unbind_steps(lengths):
+    xs = [torch.randn(1, n, 3, dtype=torch.float64, requires_grad=True) for n in lengths]
+    out = torch.cat(MaskedBatch.fromlist(xs, (True, False)).unbind(1), 1)
+    want = [torch.cat(x.unbind(1), 1) for x in xs]
+    for e, w in zip(out.examples(), want):
+        assert torch.equal(e, w)
+    got = torch.autograd.grad(sum((e * e).sum() for e in out.examples()), xs)
+    for g, x in zip(got, xs):
+        assert torch.equal(g, 2 * x)
+
+
 def test_stack_same_lanes_is_static():
     x = mb_rand(3, (True, 4), (False, 2))
     out = F.stack([x, x + 1], 1)

@@ -257,6 +257,21 @@ def _reverse_then_last(x):
     return matchbox.functional.stack(out[::-1], 1) + a.unsqueeze(1)
 
 
+@batch
+def _cat_steps(x, w):
+    """A list of per-step vectors joined with torch.cat, as written for one
+    example: each example's result is as long as its own steps."""
+    out = []
+    for step in reversed(x.unbind(1)):
+        out.append(torch.sigmoid(step * w))
+    return torch.cat(out, 1)
+
+
+@pytest.mark.parametrize("lengths", ["random", "mixed", "one", "equal"])
+def test_cat_of_a_per_example_list(lengths):
+    mb_test(_cat_steps, (5, (True, 6), (False, 2)), (1, 2), lengths=lengths, dtype=torch.float64)
+
+
 @pytest.mark.parametrize("lengths", ["random", "mixed", "one", "equal"])
 def test_reversed_steps_are_each_examples_own(lengths):
     mb_test(_mirror, (5, (True, 6), (False, 2)), lengths=lengths, dtype=torch.float64)
