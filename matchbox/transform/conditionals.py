@@ -77,13 +77,15 @@ class _Conditionals(Pass):
         a branch that must stay masked)."""
         call = with_node.items[0].context_expr
         call.args = call.args[:1]
+        merged = getattr(self.ctx, "gather_merged", False) and any(
+            _runtime_call(n, self.ctx.runtime) and n.func.attr == "sibling_calls"
+            for n in walk_scope(body))
         if not self.ctx.gather_branches or not _gatherable(body, self.ctx.runtime, self.lists) \
-                or self.ctx.compact is None and not _heavy(body, self.ctx.runtime):
+                or self.ctx.compact is None and not merged and not _heavy(body, self.ctx.runtime):
             return
         where = f"{kind} branch at {self.ctx.origin.filename}:{node.lineno} (in {self.ctx.fn_name})"
         share = self.ctx.compact
-        if share is None and any(_runtime_call(n, self.ctx.runtime) and n.func.attr == "sibling_calls"
-                                 for n in walk_scope(body)):
+        if share is None and merged:
             share = 1.0  # merged recursive calls gather their lanes anyway: always gather the branch
         call.args += [templates.constant(where), templates.constant(share)]
 

@@ -32,7 +32,7 @@ import gast
 
 from .analysis import declared_outer, param_names, walk_scope
 
-__all__ = ["effects"]
+__all__ = ["effects", "reads_outside"]
 
 # methods that change their (non-tensor) receiver in place
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
@@ -232,3 +232,25 @@ def effects(fdef):
     computes: one ``"line N ..."`` text per effect (empty: it cannot)."""
     found = sorted(set(_Effects(fdef).scan(fdef.body)))
     return [f"line {line} {what}" for line, what in found]
+
+
+def reads_outside(fdef):
+    """Does ``fdef`` read a value that is neither an argument nor made in
+    it, and may hold the whole batch: an item or attribute of a global or
+    of ``self`` that it does not call (``MEMORY["m"]``, ``self.state``;
+    not ``self.cell(h)`` nor ``torch.long``)?  A branch run gathered on its
+    lanes cannot read such a value, so sibling_calls.py gathers the
+    branches of merged calls only in functions that read none."""
+    local = (param_names(fdef) - {"self"}) | {n for n, _ in _bindings(fdef.body)}
+    called = {id(n.func) for n in walk_scope(fdef.body) if isinstance(n, gast.Call)}
+    inner = {id(n.value) for n in walk_scope(fdef.body) if isinstance(n, (gast.Attribute, gast.Subscript))}
+    for n in walk_scope(fdef.body):
+        if not isinstance(n, (gast.Attribute, gast.Subscript)) or id(n) in called \
+                or id(n) in inner or not isinstance(n.ctx, gast.Load):
+            continue
+        root = n
+        while isinstance(root, (gast.Attribute, gast.Subscript)):
+            root = root.value
+        if isinstance(root, gast.Name) and root.id not in local and root.id not in _MODULES:
+            return True
+    return False

@@ -37,12 +37,18 @@ by the loop's iterable, target or call:
 ``defer`` records each iteration's arguments and active lanes; ``run``
 makes every iteration's call one stacked call and appends each part to
 ``hs`` with the lanes it had, so ``hs`` ends as the loop would leave it.
+
+A branch that holds merged calls runs gathered on its lanes (see
+conditionals.py) unless the function reads values from outside
+(``effects.reads_outside``).  The function's own calls that stay plain
+become ``_mb.recursive(f)(args)``: the callee runs outside a compaction
+that its caller gathers for (the same code would take it for its own).
 """
 import gast
 
 from . import templates
 from .analysis import walk_scope
-from .effects import effects
+from .effects import effects, reads_outside
 
 
 def _names(node):
@@ -60,16 +66,19 @@ class _Merger:
         if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1
                 and isinstance(stmt.value, gast.Call)):
             return None
-        call, func = stmt.value, stmt.value.func
+        call = stmt.value
         if call.keywords or any(isinstance(a, gast.Starred) for a in call.args):
             return None
         if not all(isinstance(n, (gast.Name, gast.Tuple, gast.List))
                    for n in gast.walk(stmt.targets[0]) if isinstance(n, gast.expr)):
             return None
-        itself = (isinstance(func, gast.Name) and func.id == self.name) or (
+        return call if self._itself(call.func) else None
+
+    def _itself(self, func):
+        """Is ``func`` the function itself (``name`` or ``self.name``)?"""
+        return (isinstance(func, gast.Name) and func.id == self.name) or (
             isinstance(func, gast.Attribute) and func.attr == self.name
             and isinstance(func.value, gast.Name) and func.value.id == self.self_name)
-        return call if itself else None
 
     def _run(self, stmts, i):
         """The consecutive independent recursive calls starting at ``stmts[i]``."""
@@ -179,9 +188,34 @@ def _blocks(fdef):
                 yield node, field, stmts
 
 
+class _Plain(gast.NodeTransformer):
+    """``f(args)`` -> ``rt.recursive(f)(args)`` for the function's own
+    calls that stay plain: in a branch or loop that runs gathered, the
+    callee (the same code) must not take the caller's compaction for its own."""
+
+    def __init__(self, merger, rt):
+        self.merger, self.rt = merger, rt
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if self.merger._itself(node.func):
+            node.func = templates.replace_as_expression("rt.recursive(f)", node.func,
+                                                        rt=self.rt, f=node.func)
+        return node
+
+
 def transform(fdef, ctx):
-    if ctx.merge_calls is False:
-        return fdef
+    # a branch holding merged calls runs gathered (conditionals.py) unless
+    # the function reads values from outside that may hold the whole batch
+    ctx.gather_merged = not reads_outside(fdef)
+    if ctx.merge_calls is not False:
+        _merge(fdef, ctx)
+    for stmt in fdef.body:
+        _Plain(_Merger(fdef, ctx, False), ctx.runtime).visit(stmt)
+    return fdef
+
+
+def _merge(fdef, ctx):
     auto = ctx.merge_calls is None
     merge = not (auto and effects(fdef))
     merger, found = _Merger(fdef, ctx, auto), False
@@ -191,4 +225,3 @@ def transform(fdef, ctx):
         found |= here
     if found and not merge:
         ctx.notes += [f"sibling calls not merged: {why}" for why in effects(fdef)]
-    return fdef

@@ -161,6 +161,34 @@ def test_merged_calls_keep_empty_examples(f):
     mb_test(f, x, n)
 
 
+@batch(compact=1.0, merge_calls=False)
+def plain_gathered(x, n):
+    """Plain recursive calls in a branch that runs gathered."""
+    if n <= 0:
+        return torch.tanh(x)
+    a = plain_gathered(x * 0.5, n - 1)
+    b = plain_gathered(x - 1.0, n - 1)
+    return a + b * 0.5
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("f", [plain_gathered, ternary])
+def test_plain_recursive_call_in_gathered_branch(f, lengths):
+    """A recursive call that stays plain (``ternary``'s third, in a
+    conditional expression) runs outside its caller's gathered branch: the
+    callee, the same code, must not take that compaction for its own."""
+    assert "_mb.recursive(" in matchbox.to_source(f)
+    mb_test(f, (5, (False, 2)), depths(), lengths=lengths, dtype=torch.float64)
+
+
+def test_merged_branch_gathers_unless_the_function_reads_outside_values():
+    """``reads_full_batch`` reads a global that holds the whole batch, which
+    a gathered branch cannot: its merged calls' branch keeps the measured rule."""
+    assert "ternary)', 1.0)" in matchbox.to_source(ternary)
+    src = matchbox.to_source(reads_full_batch)
+    assert "sibling_calls" in src and "1.0)" not in src, src
+
+
 def test_merge_calls_false_disables():
     src = matchbox.to_source(batch(fib_like.__wrapped__, merge_calls=False))
     assert "sibling_calls" not in src and "not merged" not in src

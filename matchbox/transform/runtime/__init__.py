@@ -22,10 +22,11 @@ One concern per module:
   what ``@batch(compact=...)`` runs them with); :mod:`.maps`: ``map_loop``
   (a ``for`` whose iterations share no state, run once on every step)
 - :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``
-- :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls)
+- :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls), ``recursive``
+  (a recursive call left plain)
 """
 from .assign import aug_assign, assign, read, setattr_, setitem
-from .calls import sibling_calls
+from .calls import recursive, sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
 from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
     reversed_, zip_
@@ -40,4 +41,5 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
-           "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "returned"]
+           "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "recursive",
+           "returned"]

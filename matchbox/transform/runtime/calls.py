@@ -33,13 +33,13 @@ def sibling_calls(f, *calls, auto=False):
     returns what cannot be split between the calls (a list, a plain
     tensor) runs again as plain calls, with merging off inside; only an
     error that the plain calls raise too reaches the caller."""
-    if _UNMERGED.get():
-        return tuple(f(*args) for args in calls)
     lanes = _ACTIVE.get()
+    if _UNMERGED.get():
+        return tuple(_call(f, args, lanes) for args in calls)
     B = next((a._data.size(0) for args in calls for a in args if type(a) is MaskedBatch), None)
     if B is None or len({len(args) for args in calls}) != 1 or not all(
             _stackable([args[j] for args in calls], B) for j in range(len(calls[0]))):
-        return tuple(f(*args) for args in calls)
+        return tuple(_call(f, args, lanes) for args in calls)
     parts = [None if lanes is None else lanes.nonzero().squeeze(1)] * len(calls)
     rows = _Rows(parts, B)
     stacked = [_stacked([args[j] for args in calls], parts, rows)
@@ -56,7 +56,7 @@ def sibling_calls(f, *calls, auto=False):
         _ACTIVE.reset(active)
     token = _UNMERGED.set(True)
     try:
-        return tuple(f(*args) for args in calls)
+        return tuple(_call(f, args, lanes) for args in calls)
     finally:
         _UNMERGED.reset(token)
 
@@ -119,6 +119,24 @@ class SiblingLoop:
         finally:
             _COMPACT.reset(compact)
             _ACTIVE.reset(active)
+
+
+def recursive(f):
+    """``f`` as its own code calls it (a call that merging left plain): run
+    outside the compaction that its caller's frame gathers for (a gathered
+    branch or loop of that call, whose reads gathered the arguments), as a
+    stacked call does; the callee's code would take it for its own."""
+    comp = _COMPACT.get()
+    if comp is None or sys._getframe(1).f_code not in comp.codes:
+        return f
+
+    def outside(*args, **kwargs):
+        token = _COMPACT.set(None)
+        try:
+            return f(*args, **kwargs)
+        finally:
+            _COMPACT.reset(token)
+    return outside
 
 
 def _call(f, args, lanes):
