@@ -26,9 +26,9 @@ from ...core import MaskedBatch
 from ...ops.shape import Steps
 from .compaction import MapCompaction, codes_of
 from .iterables import zip_
-from .values import Mixed
 from .lists import _append_owned
 from .loops import for_loop
+from .values import Mixed
 
 _new = MaskedBatch._new
 
@@ -128,8 +128,8 @@ class map_loop(for_loop):
     def append(self, lst, value):
         """``lst.append(value)`` in the body (``lst`` from before the loop)."""
         comp = _COMPACT.get()
-        if self.map is not None and comp is not None and (comp is self.map
-                                                          or getattr(comp, "parent", None) is self.map):
+        if self.map is not None and comp is not None \
+                and (comp is self.map or getattr(comp, "parent", None) is self.map):
             self.map.record(lst, value)
         else:
             comp = comp if comp is not None and sys._getframe(1).f_code in comp.codes else None
