@@ -1148,8 +1148,10 @@ def with_lanes(mask, ndim):
 
 
 def _with_lanes(mask, lanes, ndim):
-    lanes = lanes.view((-1,) + (1,) * (ndim - 1))
-    return lanes if mask is None else mask & lanes
+    view = lanes.view((-1,) + (1,) * (ndim - 1))
+    # kept on ``lanes``: a view of it would hold it from C++, a cycle that
+    # Python's collector cannot see (every @batch call's lanes would leak)
+    return view.clone() if mask is None else mask & view
 
 
 def derived(mask, key, make, *args):
