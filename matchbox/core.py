@@ -1168,7 +1168,10 @@ def derived(mask, key, make, *args):
         cache = mask._mb_derived = (mask._version, {})
     value = cache[1].get(key, _MISSING)
     if value is _MISSING:
-        value = cache[1][key] = make(mask, *args)
+        value = make(mask, *args)
+        if isinstance(value, torch.Tensor) and value._base is not None:
+            value = value.clone()  # (a view of ``mask`` kept on it: an uncollectable cycle)
+        cache[1][key] = value
     return value
 
 

@@ -11,6 +11,7 @@ import torch
 import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch
+from matchbox.core import derived
 
 lin = torch.nn.Linear(3, 3)
 
@@ -40,6 +41,15 @@ def _depth(x, n):
     if n > 0:
         return _depth(x * 0.5, n - 1) + _depth(torch.tanh(x), n - 1)
     return x
+
+
+def test_values_derived_from_a_mask_are_freed_with_it():
+    before = _tensors()
+    for _ in range(3):
+        mask = torch.arange(4) < torch.tensor([[1], [4], [2]])
+        derived(mask, ("test select", 1, 0), torch.Tensor.select, 1, 0)
+    del mask
+    assert _tensors() == before
 
 
 def _tensors():
