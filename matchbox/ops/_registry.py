@@ -172,14 +172,16 @@ def keep(m, data, fill=0):
     return torch.where(m, data, fill_value(fill, data))
 
 
-# ready 0-dim fills for floating data: torch.where takes a CPU scalar Tensor
-# beside data on any device, and making one per call costs as much as the where
+# ready 0-dim fills for floating data: eagerly, torch.where takes a CPU scalar
+# Tensor beside data on any device, and making one per call costs as much as
+# the where (under torch.compile the fill is a constant of the graph anyway)
 _FILLS = {v: torch.tensor(v) for v in (0.0, 1.0, -math.inf, math.inf)}
 
 
 def fill_value(fill, data):
     """The number ``fill`` as a 0-dim Tensor for ``torch.where`` beside ``data``."""
-    if type(fill) in (int, float) and data.is_floating_point():
+    if type(fill) in (int, float) and data.is_floating_point() \
+            and not torch.compiler.is_compiling():
         t = _FILLS.get(fill)
         if t is not None:
             return t

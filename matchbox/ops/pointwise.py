@@ -40,7 +40,8 @@ def _unary(f, safe=None, keeps_zero=False):
         if type(x) is not MaskedBatch or args and any(is_mb(a) for a in args):
             return _nary(f)(x, *args, **kwargs)
         data = x.padded_data if safe is None else neutralize(x, safe)
-        return new(f(data, *args, **kwargs), x._mask, x.dims, keeps_zero and x._zero)
+        return new(f(data, *args, **kwargs), x._mask, x.dims,
+                   keeps_zero and x._mask is not None and x._zero)  # (0s matter only as padding)
     rule.__name__ = getattr(f, "__name__", "unary")
     return rule
 
