@@ -596,17 +596,21 @@ def cat(sequence, dim=0, *, axis=None, out=None):
     d = _new_dim(dim, ref.padded_data.dim(), "cat")
     parts = [_as_batch(s, ref, "cat") for s in seq]
     dynamic = False
-    if not any(p.dims[d - 1] for p in parts) and any(_lane_held(p) for p in parts):
-        # items of a per-example list (or steps of x.unbind(d)) that some
-        # examples lack: skipped there, as stack skips them
-        dynamic = _items_differ([lanes_present(p, False) for p in parts], ref.padded_data)[0]
+    if not any(p.dims[d - 1] for p in parts) and _items(sequence, parts):
+        dynamic = _items_differ([lanes_present(p) for p in parts], ref.padded_data)[0]
     return _cat(parts, d, "cat", dynamic)
 
 
-def _lane_held(x):
-    """Can ``x`` be absent from a lane (a value that only some examples hold)?"""
-    m = x._mask
-    return x._present is not None or m is not None and m.numel() == m.size(0)
+def _items(sequence, parts):
+    """Are ``parts`` the items of a per-example sequence that some examples
+    may lack (the steps of ``x.unbind(d)``, a per-example list's items under
+    ``@batch``)?  An example then joins only the items it holds, a shorter
+    sequence.  Any other value that an example lacks leaves it no value."""
+    if isinstance(sequence, Steps):
+        return True
+    held = [p for p in parts if p._present is not None
+            or p._mask is not None and p._mask.numel() == p._mask.size(0)]
+    return bool(held) and all(getattr(p, "_listed", None) is not None for p in held)
 
 
 @register_distinct(torch.stack)

@@ -173,26 +173,16 @@ def test_stack_infers_dynamic_and_compacts(pattern):
     assert torch.equal(vals.grad, mask)
 
 
-@pytest.mark.parametrize("pattern", [
-    [[1, 1, 1], [1, 0, 1], [1, 0, 0]],
-    [[1, 1, 1], [0, 1, 1], [1, 1, 0]],
-    [[1, 1, 1], [1, 1, 1]],              # same lanes: a static dim
-])
-def test_cat_skips_items_a_lane_lacks(pattern):
-    """``torch.cat`` of a per-example list's items (or of the steps of
-    ``x.unbind(1)``) along a static dim: each example concatenates the items
-    it holds, as ``stack`` does; the dim is dynamic when the counts differ."""
-    B, K = 3, len(pattern)
-    vals = torch.randn(K, B, 3, dtype=torch.float64, requires_grad=True)
-    elems = [_lane_batch(list(vals[k]), [bool(v) for v in pattern[k]]) for k in range(K)]
-    out = torch.cat(elems, 1)
-    same = all(row == pattern[0] for row in pattern)
-    assert out.dims == (not same,)
-    for b, e in enumerate(out.examples()):
-        assert torch.equal(e, torch.cat([vals[k, b] for k in range(K) if pattern[k][b]]).unsqueeze(0))
-    out.to_padded(0).sum().backward()
-    mask = torch.tensor(pattern, dtype=torch.float64).unsqueeze(-1).expand(K, B, 3)
-    assert torch.equal(vals.grad, mask)
+def test_cat_with_a_value_an_example_lacks_leaves_it_no_value():
+    """``torch.cat([x.unbind(1)[2], y], -1)``: for an example shorter than
+    3, the per-example code raises, so that example holds no value (any
+    later use of it raises) rather than ``y`` alone."""
+    x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (3, 1)], (True, False))
+    y = MaskedBatch.fromlist([torch.randn(1, 2) for _ in range(2)])
+    out = torch.cat([x.unbind(1)[2], y], -1)
+    assert out.dims == (False,)
+    with pytest.raises(ValueError, match=r"examples \[1\] of this batch hold no value"):
+        out.examples()
 
 
 @pytest.mark.parametrize("lengths", [(2, 4, 1), (3, 3), (1,)])
