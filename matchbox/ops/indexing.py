@@ -353,13 +353,17 @@ def setitem(x, index, value):
     x.padded_data = put(x, index, value, "x[...] = v")
 
 
-def put(x, index, value, op, accumulate=False):
+def put(x, index, value, op, accumulate=False, place=None):
     """``x.padded_data`` with ``value`` put (or, with ``accumulate``, added)
     at ``x[index]``, per example; only real entries of active lanes are
-    written.  The entries are found by indexing their flat positions."""
+    written.  The entries are found by indexing their flat positions.
+    ``place(sel, value)``: ``value`` lined up with the selected entries
+    ``sel`` (placement.SetItem's, for operands not batch-first)."""
     d = x.padded_data
     pos = torch.arange(d.numel(), device=d.device).view(d.shape)
     sel = getitem(new(pos, x._mask, x.dims), index)
+    if place is not None:
+        value = place(sel, value)
     if not isinstance(value, torch.Tensor) and not is_mb(value):
         value = torch.as_tensor(value, dtype=d.dtype, device=d.device)
     (spos, v), mask, _ = align((sel, value), op)

@@ -19,8 +19,9 @@ import math
 
 import torch
 
-from ..core import PLACEMENTS, RULES, MaskedBatch, relabel, squeezed, storage_dim
+from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
 from ._registry import func_name, is_mb
+from .indexing import put
 
 __all__ = ["unplaced"]
 
@@ -561,24 +562,34 @@ class Cat(_Adapter):
         if not batches:
             return rule(*args, **kwargs)
         ps = {a._bdim for a in batches}
-        if len(ps) > 1:
-            raise ValueError(f"{func_name(op)}: the parts hold their batch-of-one dimension at different "
-                             f"places ({sorted(ps, key=str)}); move them to one place first")
+        if len(ps) > 1:  # a static 1 where another part holds it can hold it too
+            try:
+                q = min(ps - {None})
+                seq = [adopt(a, q, func_name(op)) if is_mb(a) else a for a in seq]
+            except ValueError:
+                raise ValueError(f"{func_name(op)}: the parts hold their batch-of-one dimension at "
+                                 f"different places ({sorted(ps, key=str)}); move them to one place "
+                                 f"first") from None
+            ps = {q}
+            args, kwargs = self.replace(args, kwargs, "tensors", 0 if args else None, seq)
         p = ps.pop()
-        x = batches[0]
+        x = next(a for a in seq if is_mb(a))
         n = x.dim() + stack
         u = _norm(x, dim, n, op)
         extra = {k: v for k, v in kwargs.items() if k not in ("tensors", "dim")}
         if p == 0 and u >= 1:
             return rule(*args, **kwargs)
+        k = None if p is None else x.dim() - p
+
+        def part(a):  # read as batch-first, a plain Tensor (one shared example) too
+            if is_mb(a):
+                return relabel(a, 0)
+            return a.unsqueeze(0) if p is None and isinstance(a, torch.Tensor) else _to_front(a, k, op)
+        parts = [part(a) for a in seq]
         if stack:
             q = None if p is None else p + (u <= p)
             s = u + 1 if q is None or u < q else u
-            parts = [relabel(a, 0) if is_mb(a) else _to_front(a, None if p is None else x.dim() - p, op)
-                     for a in seq]
             return _label(rule(parts, s, **extra), q)
-        k = None if p is None else x.dim() - p
-        parts = [relabel(a, 0) if is_mb(a) else _to_front(a, k, op) for a in seq]
         if u == p:  # along the batch-of-one dimension: it becomes a dim of len(seq)
             return _label(_rule(torch.stack)(parts, p + 1), None)
         return _label(rule(parts, storage_dim(x, u, op), **extra), p)
@@ -625,11 +636,19 @@ class Index(_Adapter):
         x, index = args[0], args[1]
         if not is_mb(x):
             return rule(*args, **kwargs)
-        p = x._bdim
-        if p == 0:  # the batch-of-one dimension at 0 and kept: the rule as is
+        if x._bdim == 0:  # the batch-of-one dimension at 0 and kept: the rule as is
             first = (index[0] if index else None) if isinstance(index, tuple) else index
             if first is Ellipsis and x.dim() > 1 or isinstance(first, slice) and first == slice(None):
                 return rule(*args, **kwargs)
+        index, q = self.storage_index(func, args, x, index)
+        y = relabel(x, 0)
+        return _label(rule(y, index), q, (x, y))
+
+    @staticmethod
+    def storage_index(func, args, x, index):
+        """``index`` (per example, on ``x``) as an index of ``relabel(x, 0)``,
+        and where the batch-of-one dimension of ``x[index]`` sits."""
+        p = x._bdim
         items = list(index) if isinstance(index, tuple) else [index]
         consumed = sum(0 if it is None or it is Ellipsis else
                        (it.dim() if isinstance(it, torch.Tensor) and it.dtype == torch.bool else 1)
@@ -665,9 +684,26 @@ class Index(_Adapter):
             out_items.append(it)
             u += 1
             pos += 0 if isinstance(it, int) or (is_mb(it) and not it.dims and it.dim() == 0) else 1
-        y = relabel(x, 0)
-        out = rule(y, tuple([slice(None)] + out_items))
-        return _label(out, q, (x, y))
+        return tuple([slice(None)] + out_items), q
+
+
+class SetItem(_Adapter):
+    """``x[index] = value``: the index read as ``Index`` reads it; the value
+    lined up with ``x[index]`` per example, as a broadcasting operand
+    (``put`` hands it the selected entries)."""
+
+    def __call__(self, func, rule, args, kwargs):
+        x, index, value = args
+        if not is_mb(x) or x._bdim == 0 and (not is_mb(value) or value._bdim == 0):
+            return rule(*args, **kwargs)  # per-example indices are the rule's own
+        storage, q = Index.storage_index(func, args, x, index)
+
+        def place(sel, v):
+            sel = _label(sel, q)
+            if q is None:  # the value's batch-of-one dimension, if any, broadcasts as a 1
+                v = _unplaced_one(v)
+            return _to_front(v, _right_offset([sel, v], func), func)
+        x.padded_data = put(relabel(x, 0), storage, value, "x[...] = v", place=place)
 
 
 class Matmul(_Adapter):
@@ -681,6 +717,9 @@ class Matmul(_Adapter):
     def __call__(self, func, rule, args, kwargs):
         a, b = args[0], args[1]
         ps = {x._bdim for x in (a, b) if is_mb(x)}
+        if len(ps) > 1 and not kwargs:  # (1, 1, n) held sequence-first is batch-first too
+            a, b = (adopt(x, 0, func_name(func)) if is_mb(x) else x for x in (a, b))
+            ps = {0}
         if kwargs or len(ps) != 1:
             raise unplaced(func, args)
         p = ps.pop()
@@ -780,6 +819,7 @@ _declare(Unbind(kind="split"), torch.split, T.split, torch.chunk, T.chunk)
 _declare(Unbind(kind="narrow"), torch.narrow, T.narrow)
 _declare(Unbind(kind="select"), torch.select, T.select)
 _declare(Index(), T.__getitem__)
+_declare(SetItem(), T.__setitem__)
 _declare(Loss(classes=True), F.cross_entropy, F.nll_loss)
 _declare_module(Loss(), "matchbox.ops.loss")
 _declare(Rowwise(trailing=0), F.embedding, F.one_hot, F.dropout, F.alpha_dropout,
@@ -795,6 +835,6 @@ _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torc
 _declare(Rowwise(trailing=0), torch.zeros_like, torch.ones_like, torch.full_like,
          torch.empty_like, torch.rand_like, torch.randn_like, torch.randint_like)
 _declare(Made(), T.new_zeros, T.new_ones, T.new_full, T.new_empty, T.new_tensor, T.new)
-_declare(Matmul(), torch.matmul, T.matmul, T.__matmul__)
+_declare(Matmul(), torch.matmul, T.matmul, T.__matmul__, torch.bmm, T.bmm)
 _declare(Broadcast(), T.masked_fill)
 _declare(Rowwise(trailing=2), F.scaled_dot_product_attention)
