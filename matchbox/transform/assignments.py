@@ -3,11 +3,18 @@
     x = v          ->  x = _mb.assign(x, v)           (active lanes get v)
     x += v         ->  x = _mb.aug_assign(x, '+=', v)
     (x := v)       ->  _mb.read((x := _mb.assign(x, v)))
-    d[k] = v       ->  _mb.setitem(d, k, v)           (a dict/list keeps old items)
+    d[k] = v       ->  d = _mb.setitem(d, k, v, 'd')  (see below)
+    x[:, i] = v    ->  x = _mb.setitem(x, (slice(None), i), v, 'x')
+    o.d[k] = v     ->  _mb.setitem(o.d, k, v)
     for x in xs    ->  for item in xs: x = _mb.assign(x, item)
     a, b = v       ->  tmp_a, tmp_b = v; a = _mb.assign(a, tmp_a); ...
     o.attr = v     ->  _mb.setattr_(o, 'attr', v)
-    x[:, i] = v    ->  unchanged (MaskedBatch.__setitem__ honours the lanes)
+    o.x[:, i] = v  ->  unchanged (MaskedBatch.__setitem__ honours the lanes)
+
+A store into an item of a local variable rebinds it: a dict or list keeps
+its old item in dormant lanes, a MaskedBatch honours the lanes itself, and
+a plain Tensor of the function's own becomes one copy per example (each
+example writes its own buffer, as it would alone; ``runtime/assign.py``).
 
 A loop's temporaries (``analysis.loop_temporaries``: bound first thing in
 the loop body or in a branch in it, read only inside that block) keep
@@ -28,6 +35,17 @@ from .passes import Pass
 _OPS = {gast.Add: "+=", gast.Sub: "-=", gast.Mult: "*=", gast.Div: "/=", gast.FloorDiv: "//=",
         gast.Mod: "%=", gast.Pow: "**=", gast.MatMult: "@=", gast.BitAnd: "&=", gast.BitOr: "|=",
         gast.BitXor: "^=", gast.LShift: "<<=", gast.RShift: ">>="}
+
+
+class _Slices(gast.NodeTransformer):
+    """A subscript's key as an expression: ``a:b`` as ``slice(a, b)``."""
+
+    def visit_Slice(self, node):
+        self.generic_visit(node)
+        parts = [node.lower, node.upper] + ([node.step] if node.step else [])
+        if not any(parts):
+            parts = [None]
+        return gast.Call(templates.name("slice"), [p or templates.constant(None) for p in parts], [])
 
 
 class _Assignments(Pass):
@@ -67,12 +85,17 @@ class _Assignments(Pass):
                 temps.append(f"*{tmp}" if star else tmp)
                 stores += self._store(inner, templates.name(tmp), origin)
             return templates.replace(f"({', '.join(temps)},) = value", origin, value=value) + stores
+        if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name):
+            # d[k] = v: a Python container keeps its old item in dormant lanes;
+            # buf[i] = v into a plain Tensor rebinds buf to one copy per example
+            return templates.replace("x = rt.setitem(x, key, value, name)", origin, rt=rt,
+                                     x=target.value.id, key=_Slices().visit(target.slice),
+                                     value=value, name=templates.constant(target.value.id))
         if isinstance(target, gast.Subscript) and not any(
                 isinstance(n, gast.Slice) for n in gast.walk(target.slice)):
-            # d[k] = v: a Python container keeps its old item in dormant lanes
             return templates.replace("rt.setitem(obj, key, value)", origin, rt=rt,
                                      obj=target.value, key=target.slice, value=value)
-        # x[:, i] = v (and anything else) keeps its own semantics: a
+        # o.x[:, i] = v (and anything else) keeps its own semantics: a
         # MaskedBatch's __setitem__ honours the active lanes
         return templates.replace("x = value", origin, x=target, value=value)
 

@@ -145,15 +145,61 @@ def aug_assign(old, op, value):
     return _assign(old, outplace(_read(old), value))
 
 
-def setitem(obj, key, value):
-    """``obj[key] = value`` for the active lanes: a Python dict or list
-    keeps its old item in the dormant lanes (a new key takes ``value``, as
-    a variable first bound in a branch does); anything else (a MaskedBatch
-    honours the lanes itself) takes the store as it is."""
-    if type(obj) in (dict, list) and _ACTIVE.get() is not None:
-        old = obj.get(key) if type(obj) is dict else obj[key]
-        value = _assign(old, value)
+def setitem(obj, key, value, name=None):
+    """``obj[key] = value`` for the active lanes, and the object the local
+    variable ``name`` (None: the target is no local variable) holds after
+    it.  A Python dict or list keeps its old item in the dormant lanes (a
+    new key takes ``value``, as a variable first bound in a branch does); a
+    MaskedBatch honours the lanes itself; a plain Tensor of the function's
+    own takes the store as one copy per example (``_own_copies``)."""
+    if type(obj) in (dict, list):
+        if _ACTIVE.get() is not None and type(key) is not slice:
+            old = obj.get(key) if type(obj) is dict else obj[key]
+            value = _assign(old, value)
+    elif type(obj) is torch.Tensor and (_ACTIVE.get() is not None or _per_example(key, value)):
+        obj = _own_copies(obj, key, value, name)
     obj[key] = value
+    return obj
+
+
+def _per_example(key, value):
+    return type(value) is MaskedBatch or type(key) is MaskedBatch or (
+        type(key) is tuple and any(type(k) is MaskedBatch for k in key))
+
+
+# references to ``t`` in ``_own_copies`` when only the caller's local holds
+# it: that local, ``setitem``'s and ``_own_copies``' parameters, and
+# getrefcount's argument (tests/transform/test_setitem_buffers.py checks it)
+_ONLY_LOCAL = 4
+
+
+def _own_copies(t, key, value, name):
+    """Plain Tensor ``t``, stored into under some lanes or with a
+    per-example key or value, as each example sees it: a MaskedBatch of one
+    copy per example (no batch-of-one dimension: per example it is ``t``)
+    when it is the function's own, a local variable that nothing else
+    holds.  Else it is shared by every example: a plain store (one value
+    for every active lane) writes it as each example would; a per-example
+    one raises."""
+    shared = name is None or t._base is not None or sys.getrefcount(t) > _ONLY_LOCAL
+    per_example = _per_example(key, value)
+    if shared and not per_example:
+        return t
+    if shared:
+        caller = sys._getframe(2)
+        what = ("is no local variable" if name is None else "is a view of another Tensor"
+                if t._base is not None else "something else holds too (an argument, an "
+                "attribute, another variable)")
+        raise NotImplementedError(
+            f"{name or 'x'}[...] = v at {caller.f_code.co_filename}:{caller.f_lineno}: a "
+            f"per-example value stored into a plain Tensor that {what}; every example would "
+            f"write into that one shared Tensor. Store into a local variable bound to a Tensor "
+            f"of its own (buf = torch.zeros(...), or buf = t.clone() in this function): @batch "
+            f"gives each example its own copy")
+    batches = [a for a in (value, *(key if type(key) is tuple else (key,)))
+               if type(a) is MaskedBatch]
+    B = batches[0].batch_size if batches else _ACTIVE.get().size(0)
+    return MaskedBatch._new(t.expand(B, *t.shape), None, (False,) * t.dim(), bdim=None)
 
 
 def setattr_(obj, name, value):
