@@ -5,6 +5,8 @@
     (x := v)       ->  _mb.read((x := _mb.assign(x, v)))
     d[k] = v       ->  d = _mb.setitem(d, k, v, 'd')  (see below)
     x[:, i] = v    ->  x = _mb.setitem(x, (slice(None), i), v, 'x')
+    d[k] += v      ->  key = k
+                       d = _mb.setitem(d, key, _mb.aug_assign(d[key], '+=', v, in_place=False), 'd')
     o.d[k] = v     ->  _mb.setitem(o.d, k, v)
     for x in xs    ->  for item in xs: x = _mb.assign(x, item)
     a, b = v       ->  tmp_a, tmp_b = v; a = _mb.assign(a, tmp_a); ...
@@ -141,6 +143,12 @@ class _Assignments(Pass):
             return templates.replace(
                 "rt.setattr_(obj, name, rt.aug_assign(obj.attr_name, op, value))", node, rt=rt,
                 obj=t.value, name=templates.constant(t.attr), attr_name=t.attr, op=op, value=node.value)
+        if isinstance(t, gast.Subscript) and isinstance(t.value, gast.Name):
+            return templates.replace(
+                "key = index\nx = rt.setitem(x, key, rt.aug_assign(x[key], op, value, in_place=False), "
+                "name)", node,
+                key=self.ctx.namer.new("key"), index=_Slices().visit(t.slice), x=t.value.id, rt=rt,
+                op=op, value=node.value, name=templates.constant(t.value.id))
         return node
 
 

@@ -186,6 +186,23 @@ def test_uniform_lengths_keep_a_plain_tensor():
         assert e.tolist() == [1.0] * n + [0.0] * (MAX - n)
 
 
+@batch
+def accumulated(x):
+    buf = torch.zeros(MAX, dtype=x.dtype)
+    d = {"n": x.sum() * 0}
+    for i in range(x.size(0)):
+        buf[i] += 1.0                    # a plain update under lanes
+        buf[:i + 1] += x[i].sum()        # a per-example one
+        d["n"] += x[i].sum()
+    return buf, d["n"]
+
+
+@pytest.mark.parametrize("mode", LENGTHS)
+def test_augmented_item_stores(mode):
+    mb_test(accumulated, (5, (True, MAX), (False, 2)), batch_dim=None, lengths=mode,
+            dtype=torch.float64)
+
+
 def test_dict_and_list_targets_keep_plain_semantics():
     @batch
     def f(x):

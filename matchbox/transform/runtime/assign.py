@@ -130,9 +130,12 @@ _AUG = {"+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub)
         ">>=": (operator.irshift, operator.rshift)}
 
 
-def aug_assign(old, op, value):
+def aug_assign(old, op, value, in_place=True):
     """``old op= value``: in place (plain Python) when every lane is
-    active, else a masked out-of-place update."""
+    active, else a masked out-of-place update.  ``in_place=False``: the
+    update of an item (``buf[k] += v``) that ``setitem`` then stores, out
+    of place for a Tensor (a plain Tensor's item may take a per-example
+    value)."""
     inplace, outplace = _AUG[op]
     comp = _owned()
     if op == "+=" and isinstance(old, list):  # lst += items: appends per lane
@@ -141,7 +144,8 @@ def aug_assign(old, op, value):
     if comp is not None:
         return _compacted_assign(comp, old, outplace(_read(comp.take(old)), value))
     if _ACTIVE.get() is None:
-        return inplace(old, value)
+        return inplace(old, value) if in_place or not isinstance(old, torch.Tensor) \
+            else outplace(old, value)
     return _assign(old, outplace(_read(old), value))
 
 
