@@ -718,7 +718,10 @@ class Matmul(_Adapter):
         a, b = args[0], args[1]
         ps = {x._bdim for x in (a, b) if is_mb(x)}
         if len(ps) > 1 and not kwargs:  # (1, 1, n) held sequence-first is batch-first too
-            a, b = (adopt(x, 0, func_name(func)) if is_mb(x) else x for x in (a, b))
+            try:
+                a, b = (adopt(x, 0, func_name(func)) if is_mb(x) else x for x in (a, b))
+            except ValueError:
+                raise unplaced(func, args) from None
             ps = {0}
         if kwargs or len(ps) != 1:
             raise unplaced(func, args)
