@@ -171,10 +171,23 @@ def _per_example(key, value):
         type(key) is tuple and any(type(k) is MaskedBatch for k in key))
 
 
+def _refs(obj, key, value, name):   # called as setitem calls _own_copies
+    return _refs_inner(obj, key, value, name)
+
+
+def _refs_inner(t, key, value, name):
+    return sys.getrefcount(t)
+
+
+def _only_local():
+    buf = torch.empty(0)   # as the user's local: called as rewritten code calls setitem
+    return _refs(buf, None, None, None)
+
+
 # references to ``t`` in ``_own_copies`` when only the caller's local holds
-# it: that local, ``setitem``'s and ``_own_copies``' parameters, and
-# getrefcount's argument (tests/transform/test_setitem_buffers.py checks it)
-_ONLY_LOCAL = 4
+# it: counted through the same calls at import, since each CPython version
+# counts the references its calls hold differently
+_ONLY_LOCAL = _only_local()
 
 
 def _own_copies(t, key, value, name):
