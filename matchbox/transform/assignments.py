@@ -31,7 +31,7 @@ assigned inside a branch start as ``_mb.Undefined('x')``.
 import gast
 
 from . import templates
-from .analysis import declared_outer, param_names
+from .analysis import declared_outer, local_names, param_names
 from .passes import Pass
 
 _OPS = {gast.Add: "+=", gast.Sub: "-=", gast.Mult: "*=", gast.Div: "/=", gast.FloorDiv: "//=",
@@ -51,9 +51,10 @@ class _Slices(gast.NodeTransformer):
 
 
 class _Assignments(Pass):
-    def __init__(self, ctx):
+    def __init__(self, ctx, local):
         super().__init__(ctx)
         self.assigned = set()
+        self.local = local
 
     def visit_For(self, node):
         # bind the target through a masked assignment, so that after the loop
@@ -152,8 +153,35 @@ class _Assignments(Pass):
         return node
 
 
+    def visit_Expr(self, node):
+        """``buf.add_(v)`` as a statement on a local in a region rebinds it:
+        ``buf = rt.inplace(buf, 'add_', 'buf', v)`` (a plain Tensor of the
+        function's own becomes one copy per example, as for ``buf[i] = v``;
+        a MaskedBatch's in-place rules honour the active lanes)."""
+        call = node.value
+        if not self.depth or not isinstance(call, gast.Call) or not isinstance(call.func, gast.Attribute):
+            return node
+        method, target = call.func.attr, call.func.value
+        if not method.endswith("_") or method.startswith("_"):
+            return node
+        local = target
+        rt = self.ctx.runtime
+        if isinstance(target, gast.Call) and isinstance(target.func, gast.Attribute) \
+                and isinstance(target.func.value, gast.Name) and target.func.value.id == rt \
+                and target.func.attr == "read" and target.args:
+            local = target.args[0]  # rt.read(buf, shared=False): the reads pass's (the
+            # in-place rules honour the lanes themselves: no read's cut needed)
+        if not isinstance(local, gast.Name) or local.id not in self.local:
+            return node  # torch.neg_(x), a global's or attribute's method
+        inplace = gast.Call(gast.Attribute(templates.name(rt), "inplace", gast.Load()),
+                            [templates.name(local.id), templates.constant(method),
+                             templates.constant(local.id)]
+                            + call.args, call.keywords)
+        return templates.replace("x = value", node, x=local.id, value=inplace)
+
+
 def transform(fdef, ctx):
-    tr = _Assignments(ctx)
+    tr = _Assignments(ctx, local_names(fdef))
     body = tr.statements(fdef.body)
     init = sorted(tr.assigned - param_names(fdef) - declared_outer(fdef))
     pre = []

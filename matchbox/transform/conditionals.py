@@ -138,7 +138,7 @@ def _gatherable(body, rt, lists):
         if not isinstance(n, gast.Call):
             continue
         if _runtime_call(n, rt):
-            if n.func.attr == "setitem":
+            if n.func.attr in ("setitem", "inplace"):  # x[k] = v, x.add_(v) on a local
                 return False
             continue
         if isinstance(n.func, gast.Attribute) and n.func.attr.endswith("_") \

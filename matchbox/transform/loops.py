@@ -140,9 +140,10 @@ def transform(fdef, ctx):
 
 def _stores_into_subscripts(body, rt):
     """Does ``body`` store into a subscript (``x[i] = v``, or ``d[k] = v``
-    that the assignments pass made ``rt.setitem(d, k, v)``)?"""
+    that the assignments pass made ``rt.setitem(d, k, v)``) or change a
+    local in place (``rt.inplace(x, 'add_', ...)``)?"""
     return any(isinstance(n, gast.Subscript) and not isinstance(n.ctx, gast.Load)
-               or _runtime_call(n, rt, ("setitem",)) for n in walk_scope(body))
+               or _runtime_call(n, rt, ("setitem", "inplace")) for n in walk_scope(body))
 
 
 def _runtime_call(n, rt, names):

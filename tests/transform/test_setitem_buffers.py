@@ -317,3 +317,42 @@ def test_setitem_value_placed_elsewhere_is_refused():
     v = mb_rand(3, (False, 3), batch_dim=1)          # (3, 1): its 1 meets x[0]'s dim of size 3
     with pytest.raises(ValueError):
         _store(x, 0, v)
+
+
+# ------------------------------------------------------------------ in-place methods
+@batch
+def counted(x):
+    """A plain count and sum kept with in-place methods in a per-example loop."""
+    count = torch.zeros(1, dtype=x.dtype)
+    acc = torch.zeros(3, dtype=x.dtype)
+    for i in range(x.size(0)):
+        count.add_(1.0)
+        acc.add_(x[i] * 2.0)
+        if x[i].sum() > 0:
+            acc.mul_(0.5)
+    return acc * count
+
+
+@pytest.mark.parametrize("mode", LENGTHS)
+def test_in_place_methods_on_a_local_change_each_examples_own(mode):
+    """Before, ``count.add_(1.0)`` on a plain Tensor ran once per step for
+    the whole batch: every example counted the longest one's steps."""
+    mb_test(counted, (5, (True, MAX), (False, 3)), batch_dim=None, lengths=mode,
+            dtype=torch.float64)
+
+
+@batch
+def counts_into_argument(x, count):
+    for i in range(x.size(0)):
+        count.add_(1.0)
+    return x.sum(0) * count
+
+
+def test_in_place_method_on_a_shared_tensor_is_refused():
+    count = torch.zeros(1)   # the caller's: each example would add to this one Tensor
+    with pytest.raises(NotImplementedError, match=r"count.add_\(\.\.\.\) at .*that something else holds"):
+        counts_into_argument(X, count)
+
+
+def test_in_place_method_source():
+    assert "count = _mb.inplace(count, 'add_', 'count', 1.0)" in to_source(counted)

@@ -12,7 +12,7 @@ One concern per module:
 - :mod:`.conditions`: ``cond``, ``not_``, ``and_``, ``or_``; branches
   ``if_true``, ``if_false``, ``if_exp``
 - :mod:`.select` and :mod:`.assign`: per-lane ``select``; ``assign``,
-  ``aug_assign``, ``setattr_``, ``setitem``, ``read``; :mod:`.values`: ``Undefined``,
+  ``aug_assign``, ``setattr_``, ``setitem``, ``inplace``, ``read``; :mod:`.values`: ``Undefined``,
   ``Mixed``, ``returned``
 - :mod:`.lists`: ``append``, ``extend``, ``insert``, ``pop``, ``getitem``
   (per-example lists)
@@ -25,7 +25,7 @@ One concern per module:
 - :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls), ``recursive``
   (a recursive call left plain)
 """
-from .assign import aug_assign, assign, read, setattr_, setitem
+from .assign import aug_assign, assign, inplace, read, setattr_, setitem
 from .calls import recursive, sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
 from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
@@ -37,7 +37,8 @@ from .scalars import bool_, float_, int_, item, len_, shape, size
 from .select import select
 from .values import Mixed, Undefined, returned
 
-__all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "select",
+__all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "inplace",
+           "select",
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",

@@ -166,6 +166,22 @@ def setitem(obj, key, value, name=None):
     return obj
 
 
+def inplace(obj, method, name, *args, **kwargs):
+    """``obj.method(*args, **kwargs)``, an in-place method called as a
+    statement on local variable ``name``, for the active lanes, and the
+    object ``name`` holds after it: a plain Tensor of the function's own,
+    changed under some lanes or by a per-example argument, becomes one copy
+    per example first (as for ``setitem``), so each example changes its own."""
+    if type(obj) is torch.Tensor:
+        value = next((a for a in (*args, *kwargs.values()) if type(a) is MaskedBatch), None)
+        if _ACTIVE.get() is not None or value is not None:
+            obj = _own_copies(obj, None, value, name, f"{name}.{method}(...)")
+            if type(obj) is MaskedBatch:
+                obj = obj.clone()  # (its copies are one expanded Tensor)
+    getattr(obj, method)(*args, **kwargs)
+    return obj
+
+
 def _per_example(key, value):
     return type(value) is MaskedBatch or type(key) is MaskedBatch or (
         type(key) is tuple and any(type(k) is MaskedBatch for k in key))
@@ -190,16 +206,17 @@ def _only_local():
 _ONLY_LOCAL = _only_local()
 
 
-def _own_copies(t, key, value, name):
+def _own_copies(t, key, value, name, op=None):
     """Plain Tensor ``t``, stored into under some lanes or with a
     per-example key or value, as each example sees it: a MaskedBatch of one
     copy per example (no batch-of-one dimension: per example it is ``t``)
     when it is the function's own, a local variable that nothing else
     holds.  Else it is shared by every example: a plain store (one value
     for every active lane) writes it as each example would; a per-example
-    one raises."""
+    one, or an in-place method ``op`` (``"buf.add_(...)"``), raises."""
     shared = name is None or t._base is not None or sys.getrefcount(t) > _ONLY_LOCAL
-    per_example = _per_example(key, value)
+    # an in-place method (``op``) need not give every example one value
+    per_example = op is not None or _per_example(key, value)
     if shared and not per_example:
         return t
     if shared:
@@ -208,9 +225,9 @@ def _own_copies(t, key, value, name):
                 if t._base is not None else "something else holds too (an argument, an "
                 "attribute, another variable)")
         raise NotImplementedError(
-            f"{name or 'x'}[...] = v at {caller.f_code.co_filename}:{caller.f_lineno}: a "
-            f"per-example value stored into a plain Tensor that {what}; every example would "
-            f"write into that one shared Tensor. Store into a local variable bound to a Tensor "
+            f"{op or (name or 'x') + '[...] = v'} at {caller.f_code.co_filename}:"
+            f"{caller.f_lineno}: a per-example change to a plain Tensor that {what}; every "
+            f"example would change that one shared Tensor. Change a local variable bound to a Tensor "
             f"of its own (buf = torch.zeros(...), or buf = t.clone() in this function): @batch "
             f"gives each example its own copy")
     batches = [a for a in (value, *(key if type(key) is tuple else (key,)))
