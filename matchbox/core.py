@@ -1098,6 +1098,12 @@ def dispatch(func, rule, args, kwargs):
     move it, go through the op's placement adapter (ops/placement.py).
     Where an operand has an empty example, its results say which examples
     hold a value (``keep_presence`` in ops/_registry.py)."""
+    if kwargs and kwargs.get("out") is not None:
+        name = getattr(func, "__name__", str(func))
+        raise NotImplementedError(
+            f"{name}(..., out=...) is not supported with MaskedBatch operands: a per-example "
+            f"result cannot be written into a given Tensor. Bind the result instead "
+            f"(y = torch.{name}(...)), or use the in-place method (y.{name}_(...))")
     place = PLACEMENTS.get(func)
     if _flagged(args) or (kwargs and _flagged(kwargs.values())):
         return _dispatch_flagged(func, place, rule, args, kwargs)
