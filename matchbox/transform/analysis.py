@@ -152,3 +152,11 @@ def loop_temporaries(fdef):
     return {(id(node), name) for node, name, _ in binds if name not in excluded
             and (id(node), name) not in nested
             and all(i in where[name] for i in loads.get(name, ()))}
+
+
+def runtime_call(n, rt, names=None):
+    """Is ``n`` a call ``rt.<name>(...)`` of the @batch runtime (with a
+    name in ``names``, when given)?"""
+    return isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) \
+        and isinstance(n.func.value, gast.Name) and n.func.value.id == rt \
+        and (names is None or n.func.attr in names)

@@ -31,7 +31,7 @@ assigned inside a branch start as ``_mb.Undefined('x')``.
 import gast
 
 from . import templates
-from .analysis import declared_outer, local_names, param_names
+from .analysis import declared_outer, local_names, param_names, runtime_call
 from .passes import Pass
 
 _OPS = {gast.Add: "+=", gast.Sub: "-=", gast.Mult: "*=", gast.Div: "/=", gast.FloorDiv: "//=",
@@ -166,9 +166,7 @@ class _Assignments(Pass):
             return node
         local = target
         rt = self.ctx.runtime
-        if isinstance(target, gast.Call) and isinstance(target.func, gast.Attribute) \
-                and isinstance(target.func.value, gast.Name) and target.func.value.id == rt \
-                and target.func.attr == "read" and target.args:
+        if runtime_call(target, rt, ("read",)) and target.args:
             local = target.args[0]  # rt.read(buf, shared=False): the reads pass's (the
             # in-place rules honour the lanes themselves: no read's cut needed)
         if not isinstance(local, gast.Name) or local.id not in self.local:

@@ -33,7 +33,7 @@ running the rest of the branch on the lanes that skip it.
 import gast
 
 from . import templates
-from .analysis import walk_scope
+from .analysis import runtime_call, walk_scope
 from .passes import Pass
 
 # module-level names whose functions are single ops, not heavy bodies
@@ -78,7 +78,7 @@ class _Conditionals(Pass):
         call = with_node.items[0].context_expr
         call.args = call.args[:1]
         merged = getattr(self.ctx, "gather_merged", False) and any(
-            _runtime_call(n, self.ctx.runtime) and n.func.attr == "sibling_calls"
+            runtime_call(n, self.ctx.runtime) and n.func.attr == "sibling_calls"
             for n in walk_scope(body))
         if not self.ctx.gather_branches or not _gatherable(body, self.ctx.runtime, self.lists) \
                 or self.ctx.compact is None and not merged and not _heavy(body, self.ctx.runtime):
@@ -106,7 +106,7 @@ def transform(fdef, ctx):
 def _makes_list(value, rt):
     """``[...]``, a list comprehension, or either as the new value of the
     assignments pass's ``_mb.assign(old, new)``."""
-    if _runtime_call(value, rt) and value.func.attr == "assign" and len(value.args) == 2:
+    if runtime_call(value, rt) and value.func.attr == "assign" and len(value.args) == 2:
         value = value.args[1]
     return isinstance(value, (gast.List, gast.ListComp))
 
@@ -115,29 +115,24 @@ def _makes_list(value, rt):
 _LIST_OPS = {"append", "extend", "insert", "pop", "getitem", "len_", "aug_assign", "cond"}
 
 
-def _runtime_call(n, rt):
-    return isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) \
-        and isinstance(n.func.value, gast.Name) and n.func.value.id == rt
-
-
 def _gatherable(body, rt, lists):
     """Can ``body`` run on a gathered copy of its lanes?  Not if it stores
     into a subscript, changes a value in place, or hands a per-example list
     to anything but the runtime's list operations (``F.stack(out, 1)``
     would stack every lane's items)."""
     for n in walk_scope(body):
-        if isinstance(n, gast.Call) and not (_runtime_call(n, rt) and n.func.attr in _LIST_OPS):
+        if isinstance(n, gast.Call) and not (runtime_call(n, rt) and n.func.attr in _LIST_OPS):
             for a in n.args + [k.value for k in n.keywords]:
-                if _runtime_call(a, rt) and a.func.attr == "read" and a.args:
+                if runtime_call(a, rt) and a.func.attr == "read" and a.args:
                     a = a.args[0]
                 if isinstance(a, gast.Name) and a.id in lists and not (
-                        _runtime_call(n, rt) and n.func.attr == "read"):
+                        runtime_call(n, rt) and n.func.attr == "read"):
                     return False
         if isinstance(n, gast.Subscript) and not isinstance(n.ctx, gast.Load):
             return False
         if not isinstance(n, gast.Call):
             continue
-        if _runtime_call(n, rt):
+        if runtime_call(n, rt):
             if n.func.attr in ("setitem", "inplace"):  # x[k] = v, x.add_(v) on a local
                 return False
             continue
@@ -155,7 +150,7 @@ def _root(expr, rt):
     while True:
         if isinstance(expr, gast.Attribute):
             expr = expr.value
-        elif _runtime_call(expr, rt) and expr.func.attr == "read" and expr.args:
+        elif runtime_call(expr, rt) and expr.func.attr == "read" and expr.args:
             expr = expr.args[0]
         else:
             return expr.id if isinstance(expr, gast.Name) else None
@@ -172,16 +167,16 @@ BRANCH_MAX_READS = 3
 def _heavy(body, rt):
     """Does ``body`` hold a loop, or call something heavier than one op
     while reading at most ``BRANCH_MAX_READS`` variables?"""
-    if any(isinstance(n, gast.With) and _runtime_call(n.items[0].context_expr, rt)
+    if any(isinstance(n, gast.With) and runtime_call(n.items[0].context_expr, rt)
            and n.items[0].context_expr.func.attr in ("for_loop", "while_loop", "map_loop")
            for n in walk_scope(body)):
         return True
-    reads = {n.args[0].id for n in walk_scope(body) if _runtime_call(n, rt) and n.func.attr == "read"
+    reads = {n.args[0].id for n in walk_scope(body) if runtime_call(n, rt) and n.func.attr == "read"
              and n.args and isinstance(n.args[0], gast.Name) and n.args[0].id != "self"}
     if len(reads) > BRANCH_MAX_READS:
         return False
     for n in walk_scope(body):
-        if not isinstance(n, gast.Call) or _runtime_call(n, rt):
+        if not isinstance(n, gast.Call) or runtime_call(n, rt):
             continue
         func = n.func
         if isinstance(func, gast.Name):
@@ -192,6 +187,6 @@ def _heavy(body, rt):
             if root == "self" or root is not None and root not in _OP_MODULES \
                     and isinstance(func.value, gast.Attribute):
                 return True   # self.cell(x), model.encoder(x)
-        elif _runtime_call(func, rt) and func.func.attr == "read":
+        elif runtime_call(func, rt) and func.func.attr == "read":
             return True       # a callable local: cell(x, h)
     return False

@@ -29,7 +29,7 @@ together after it:
 import gast
 
 from . import templates
-from .analysis import walk_scope
+from .analysis import runtime_call, walk_scope
 from .passes import Pass
 
 
@@ -109,13 +109,13 @@ class _Loops(Pass):
         ``lambda: (reads...)`` gives the values it reads from before it."""
         rt = self.ctx.runtime
         it = node.iter
-        zipped = _runtime_call(it, rt, ("zip_",)) and not it.keywords \
+        zipped = runtime_call(it, rt, ("zip_",)) and not it.keywords \
             and not any(isinstance(a, gast.Starred) for a in it.args)
         args = it.args if zipped else [it]
         for n in walk_scope(node.body):
-            if _runtime_call(n, rt, ("append",)) and len(n.args) == 2:
+            if runtime_call(n, rt, ("append",)) and len(n.args) == 2:
                 lst = n.args[0]
-                if _runtime_call(lst, rt, ("read",)):
+                if runtime_call(lst, rt, ("read",)):
                     lst = lst.args[0]
                 if isinstance(lst, gast.Name) and lst.id in appends:
                     n.func = gast.Attribute(gast.Name(loop, gast.Load(), None, None), "append",
@@ -143,13 +143,8 @@ def _stores_into_subscripts(body, rt):
     that the assignments pass made ``rt.setitem(d, k, v)``) or change a
     local in place (``rt.inplace(x, 'add_', ...)``)?"""
     return any(isinstance(n, gast.Subscript) and not isinstance(n.ctx, gast.Load)
-               or _runtime_call(n, rt, ("setitem", "inplace")) for n in walk_scope(body))
+               or runtime_call(n, rt, ("setitem", "inplace")) for n in walk_scope(body))
 
-
-def _runtime_call(n, rt, names):
-    """Is ``n`` a call ``rt.<one of names>(...)``?"""
-    return isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) \
-        and isinstance(n.func.value, gast.Name) and n.func.value.id == rt and n.func.attr in names
 
 
 def _assigned_through_runtime(body, rt):
@@ -158,8 +153,8 @@ def _assigned_through_runtime(body, rt):
     values compacted)."""
     names = set()
     for n in walk_scope(body):
-        if isinstance(n, gast.Assign) and _runtime_call(n.value, rt, ("assign", "aug_assign")):
+        if isinstance(n, gast.Assign) and runtime_call(n.value, rt, ("assign", "aug_assign")):
             names.add(n.targets[0].id)
-        elif isinstance(n, gast.NamedExpr) and _runtime_call(n.value, rt, ("assign",)):
+        elif isinstance(n, gast.NamedExpr) and runtime_call(n.value, rt, ("assign",)):
             names.add(n.target.id)   # (x := rt.assign(x, v))
     return sorted(names)
