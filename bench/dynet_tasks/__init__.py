@@ -111,7 +111,7 @@ def lstm(pc, cell):
     their sum: the losses drift apart by about a percent of a step's
     change)."""
     builder = dy.VanillaLSTMBuilder(1, cell.input_size, cell.hidden_size, pc, forget_bias=0.0)
-    i, f, g, o = (torch.arange(4 * cell.hidden_size).view(4, -1))
+    i, f, g, o = torch.arange(4 * cell.hidden_size).view(4, -1)
     order = torch.cat([i, f, o, g])
     wx, wh, b = builder.get_parameters()[0]
     wx.set_value(_np(cell.weight_ih[order]))
