@@ -22,6 +22,7 @@ import torch
 from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
 from ._registry import func_name, is_mb
 from .indexing import put
+from .softmax import implicit_dim
 
 __all__ = ["unplaced"]
 
@@ -241,6 +242,24 @@ class Rowwise(_Adapter):
         return _label(rule(*args, **kwargs), p, args)
 
 
+class Channels(_Adapter):
+    """prelu: the weight applies along dimension 1 of each example, its
+    channels (one channel where it has fewer dims or where dimension 1 is
+    its batch-of-one dimension); moved to storage dim 1 for the rule."""
+
+    def __call__(self, func, rule, args, kwargs):
+        x, weight = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+        s = storage_dim(x, 1) if x.dim() >= 2 else 0
+        if weight.numel() != 1 and s == 0:
+            raise RuntimeError(f"{func_name(func)}: Mismatch of parameter numbers and input channel "
+                               f"size. Found parameter numbers = {weight.numel()} and channel size = 1.")
+        y = relabel(x, 0)
+        if s <= 1:
+            return _label(rule(y, weight), x._bdim, (x, y))
+        move = _rule(torch.movedim)
+        return _label(move(rule(move(y, s, 1), weight), 1, s), x._bdim)
+
+
 def _dim_to_storage(x, d, op):
     if d is None:
         return None
@@ -253,8 +272,10 @@ class Dims(_Adapter):
     """Ops whose dimension arguments (``params``) name dims of the first
     operand.  ``reduce=True``: those dims are removed unless ``keepdim``
     (with no dim, every one: a 0-dim result per example); otherwise every
-    dim keeps its place.  The batch-of-one dimension itself may not be
-    named (a rule over a dim of size 1 per example is refused)."""
+    dim keeps its place.  ``implicit``: the dim picked from each example's
+    rank when none is given (softmax's legacy rule).  The batch-of-one
+    dimension itself may be named only where the rule takes storage dim 0
+    as that size-1 dim (``size_one``); elsewhere it is refused."""
 
     def __init__(self, *params, reduce=False, keepdim="keepdim", full=True, **options):
         super().__init__(*params, **options)
@@ -280,6 +301,9 @@ class Dims(_Adapter):
             d, i = self.arg(rule, args, kwargs, name)
             if isinstance(d, bool):  # var(x, unbiased): the overload with no dim
                 d = None
+            if d is None and "implicit" in self.options:
+                d = self.options["implicit"](x.dim())
+                args, kwargs = self.replace(args, kwargs, name, i, d)
             if isinstance(d, (torch.Tensor, MaskedBatch)):  # max(x, y): elementwise
                 return Broadcast()(func, rule, args, kwargs)
             if d is not None:
@@ -290,7 +314,7 @@ class Dims(_Adapter):
                     args, kwargs = self.replace(args, kwargs, name, i, _dim_to_storage(x, d, op))
         if p == 0 and not (self.reduce and all_dims):
             return rule(*args, **kwargs)
-        if 0 in named and p != 0:
+        if 0 in named and p != 0 and not self.options.get("size_one"):
             raise ValueError(
                 f"{func_name(op)} over dimension {p} of each example, its batch-of-one dimension: move it "
                 f"first (x.movedim({p}, 0)) or name another dimension")
@@ -792,8 +816,10 @@ _declare(Dims("dim", reduce=True), torch.sum, T.sum, torch.mean, T.mean, torch.p
          T.argmin, torch.any, T.any, torch.all, T.all, torch.count_nonzero, T.count_nonzero,
          torch.median, T.median, torch.linalg.vector_norm, torch.norm, T.norm)
 _declare(Dims("dim", reduce=True, full=False), torch.kthvalue, T.kthvalue)
-_declare(Dims("dim"), torch.softmax, T.softmax, F.softmax, torch.log_softmax, T.log_softmax,
-         F.log_softmax, F.softmin, torch.cumsum, T.cumsum, torch.cumprod, T.cumprod,
+_declare(Dims("dim", implicit=implicit_dim, size_one=True), torch.softmax, T.softmax, F.softmax,
+         torch.log_softmax, T.log_softmax, F.log_softmax, F.softmin, torch.special.softmax,
+         torch.special.log_softmax)
+_declare(Dims("dim"), torch.cumsum, T.cumsum, torch.cumprod, T.cumprod,
          torch.sort, T.sort, torch.argsort, T.argsort, torch.topk, T.topk, torch.gather, T.gather,
          torch.index_select, T.index_select, F.normalize, F.glu)
 _declare(Dims("dims", varargs=True), torch.flip, T.flip)
@@ -827,8 +853,8 @@ _declare(Loss(classes=True), F.cross_entropy, F.nll_loss)
 _declare_module(Loss(), "matchbox.ops.loss")
 _declare(Rowwise(trailing=0), F.embedding, F.one_hot, F.dropout, F.alpha_dropout,
          F.feature_alpha_dropout, torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout)
-_declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.prelu, F.bilinear,
-         torch.bilinear)
+_declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.bilinear, torch.bilinear)
+_declare(Channels(), F.prelu, torch.prelu, getattr(T, "prelu", None))
 _declare(Rowwise(trailing=2), torch.tril, T.tril, torch.triu, T.triu)
 _declare_module(Broadcast(), "matchbox.ops.pointwise")
 _declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.empty, torch.full)

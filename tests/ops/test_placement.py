@@ -122,7 +122,7 @@ def test_sequence_first_examples_and_errors():
     with pytest.raises(ValueError, match="different places"):
         x + x.transpose(0, 1)
     with pytest.raises(ValueError, match="batch-of-one dimension"):
-        x.softmax(1)
+        x.cumsum(1)
 
 
 # ------------------------------------------------------------------ recurrent layers
@@ -169,3 +169,31 @@ def test_unbatched_gru_and_cell_on_vmap_style_examples(lengths):
         return out, h, hc
     mb_test(run, SPEC, batch_dim=None, lengths=lengths, dtype=D,
             params=list(GRU.parameters()) + list(cell.parameters()))
+
+
+# ------------------------------------------------------------------ channels
+PRELU = nn.PReLU(3).double()
+CHANNELS = {0: (4, (False, 3), (True, 5)),   # (1, 3, n): channels at 1
+            None: SPEC,                      # (n, 3)
+            2: SPEC}                         # (n, 3, 1)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("bdim", list(CHANNELS))
+def test_prelu_weights_follow_each_examples_dimension_1(bdim, lengths):
+    """nn.PReLU(C) weighs dimension 1 of each example, wherever the
+    batch-of-one dimension sits (on (n, 3) examples it weighed n)."""
+    mb_test(PRELU, CHANNELS[bdim], batch_dim=bdim, lengths=lengths, dtype=D,
+            params=list(PRELU.parameters()))
+    static = (4, (False, 3), (False, 3))     # (3, 3) examples: the wrong dim fits too
+    mb_test(PRELU, static, batch_dim=None, dtype=D, params=list(PRELU.parameters()))
+
+
+def test_prelu_with_one_channel_per_example_raises_as_torch():
+    x = MaskedBatch.fromlist([torch.randn(n, 1, 3, dtype=D) for n in (2, 4)], batch_dim=1)
+    with pytest.raises(RuntimeError, match="channel size = 1"):
+        PRELU(torch.randn(2, 1, 3, dtype=D))
+    with pytest.raises(RuntimeError, match="channel size = 1"):
+        PRELU(x)
+    one = nn.PReLU().double()
+    mb_test(one, SPEC, batch_dim=1, dtype=D, params=list(one.parameters()))
