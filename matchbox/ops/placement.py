@@ -170,12 +170,40 @@ def _unplaced_one(a):
                             a._zero, None)
 
 
+def _agree(a, p, rank, op):
+    """MaskedBatch ``a`` read with its batch-of-one dimension at ``p`` (None:
+    read as a plain size 1) when its examples have ``rank`` dims and a
+    static 1 there: the same values per example, so operands whose examples
+    have the same shape work together whatever their labels.  As it is
+    otherwise (the op's own checks then speak)."""
+    if not is_mb(a) or a._bdim == p or a.dim() != rank:
+        return a
+    if p is None:
+        return _unplaced_one(a)
+    try:
+        return adopt(a, p, func_name(op))
+    except ValueError:
+        return a
+
+
+def _agree_all(args, kwargs, x, op):
+    """``_agree`` every operand after ``x`` (the first) with ``x``."""
+    p, n = x._bdim, x.dim()
+    return ((args[0],) + tuple(_agree(a, p, n, op) for a in args[1:]),
+            {k: _agree(v, p, n, op) for k, v in kwargs.items()})
+
+
 class Broadcast(_Adapter):
     """Elementwise ops: operands broadcast from the right, so the
     batch-of-one dimension stays the same distance from the end."""
 
     def __call__(self, func, rule, args, kwargs):
         op = func
+        batches = [a for a in list(args) + list(kwargs.values()) if is_mb(a)]
+        if len({a._bdim for a in batches}) > 1:  # those of one shape take one label
+            x = max(batches, key=lambda a: a.dim())
+            args = tuple(_agree(a, x._bdim, x.dim(), op) for a in args)
+            kwargs = {n: _agree(v, x._bdim, x.dim(), op) for n, v in kwargs.items()}
         k = _right_offset(list(args) + list(kwargs.values()), op)
         if k is not None and _meets_batch_dim(list(args) + list(kwargs.values()), k):
             # per example, the batch-of-one dimension broadcasts against a size
@@ -234,6 +262,7 @@ class Rowwise(_Adapter):
             raise ValueError(
                 f"{func_name(func)}: works on the last {trailing} dimension(s) of each example, "
                 f"which include its batch-of-one dimension (at {p} of {x.dim()}); move it first")
+        args, kwargs = _agree_all(args, kwargs, x, func)
         others = [a for a in list(args[1:]) + list(kwargs.values()) if is_mb(a) and a._bdim != p]
         if others:
             raise unplaced(func, args)
@@ -290,6 +319,10 @@ class Dims(_Adapter):
             d, _ = self.arg(rule, args, kwargs, self.params[0])
             if type(d) is int or type(d) is tuple:
                 return rule(*args, **kwargs)
+        args, kwargs = _agree_all(args, kwargs, x, op)
+        if any(is_mb(a) and a._bdim != p and a.dim() == x.dim()
+               for a in list(args[1:]) + list(kwargs.values())):
+            raise unplaced(func, args)
         named, all_dims = [], True
         if self.options.get("varargs"):  # flip(x, 0, 1) as well as flip(x, (0, 1))
             kwargs = dict(kwargs)
@@ -540,6 +573,9 @@ class View(_Adapter):
         if p is None:
             return 0 if sizes and sizes[0] == 1 else None
         shape = x.maxsize()
+        if -1 in sizes and not any(x.dims):  # every example has the size the -1 stands for
+            known = math.prod(s for s in sizes if s != -1)
+            sizes = [math.prod(shape) // known if s == -1 and known else s for s in sizes]
         dyn_before = any(x.dims[storage_dim(x, u) - 1] for u in range(p))
         before = None if dyn_before else math.prod(shape[:p])
 
