@@ -369,7 +369,9 @@ class Loss(_Adapter):
     example) unless ``reduction='none'``.  A class-dim loss
     (cross_entropy, nll_loss) on input with no batch-of-one dimension,
     ``(N, C)`` per example as after ``logits.view(-1, C)``, runs as the
-    K-dim loss ``(1, C, N)``."""
+    K-dim loss ``(1, C, N)``.  A target whose examples have the input's
+    shape (or, for class indices, its shape without the class dim) takes
+    the input's label."""
     always = True
 
     def __call__(self, func, rule, args, kwargs):
@@ -377,6 +379,12 @@ class Loss(_Adapter):
         red, _ = self.arg(rule, args, kwargs, "reduction", "mean")
         p = x._bdim if is_mb(x) else 0
         op = func
+        t, i = self.arg(rule, args, kwargs, "target")
+        if is_mb(x) and is_mb(t) and t._bdim != p:
+            u = _agree(t, p, x.dim(), op)
+            if self.options.get("classes") and p in (0, None):  # (1, C) input, (1,) target
+                u = _agree(u, p, x.dim() - 1, op)
+            args, kwargs = self.replace(args, kwargs, "target", i, u)
         moved = False
         if p != 0 and red == "batchmean" and x.dim() > 0:
             # 'batchmean' divides by size(0) of each example, its own first dim here
