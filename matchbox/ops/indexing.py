@@ -337,7 +337,9 @@ def _index_shared_tensor(t, index):
     mask = idx._mask
     if mask is not None:
         mask = mask.reshape(mask.shape + (1,) * (data.dim() - i.dim()))
-    return new(data, mask, dims)
+    # per example the index's dims come first: its batch-of-one dim (or none,
+    # for one int per example: table[tok.item()] is (d,)) stays where it was
+    return new(data, mask, dims, bdim=idx._bdim)
 
 
 # ------------------------------------------------------------------ x[...] = v

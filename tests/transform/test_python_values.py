@@ -185,3 +185,23 @@ def test_reversed_per_example_lists(lengths):
     items: each example's own list reversed (items in reverse order, each
     still held by its lanes), then read per lane and stacked."""
     mb_test(_reversed_lists, (4, (True, 5), (False, 3)), lengths=lengths, dtype=torch.float64)
+
+
+TABLE = torch.randn(6, 3, dtype=D, requires_grad=True)
+
+
+@matchbox.batch
+def table_rows(x):                                    # x: (1, n, 6) scores per step
+    h = TABLE[0] * 0                                  # (3,)
+    for t in x.unbind(1):
+        tok = t.argmax(-1)
+        h = torch.tanh(TABLE[tok.item()] + h)         # a row, (3,) per example
+        h = h + TABLE[int(tok), 1:].sum() + TABLE[tok.item(), :2].sum(0)
+    return h, TABLE[tok]                              # tok is (1,): TABLE[tok] is (1, 3)
+
+
+@pytest.mark.parametrize("B,lengths", BATCHES)
+def test_table_row_at_a_per_example_int(B, lengths):
+    """table[tok.item()] is the row, (d,) per example (issue 27 item 4;
+    before, (1, d)), and a (1,) index still gives (1, d)."""
+    mb_test(table_rows, (B, (True, 5), (False, 6)), lengths=lengths, dtype=D, params=[TABLE])
