@@ -21,6 +21,7 @@ import torch
 
 from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
 from ._registry import func_name, is_mb
+from .boolean_index import select_rows
 from .indexing import put
 from .softmax import implicit_dim
 
@@ -702,6 +703,9 @@ class Index(_Adapter):
 
     def __call__(self, func, rule, args, kwargs):
         x, index = args[0], args[1]
+        mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+        if isinstance(mask, (torch.Tensor, MaskedBatch)) and mask.dtype == torch.bool and mask.dim():
+            return self.boolean(x, mask)
         if not is_mb(x):
             return rule(*args, **kwargs)
         if x._bdim == 0:  # the batch-of-one dimension at 0 and kept: the rule as is
@@ -711,6 +715,19 @@ class Index(_Adapter):
         index, q = self.storage_index(func, args, x, index)
         y = relabel(x, 0)
         return _label(rule(y, index), q, (x, y))
+
+    @staticmethod
+    def boolean(x, mask):
+        """``x[mask]``: the rows where a bool ``mask`` over each example's
+        first ``k`` dims holds; the batch-of-one dimension is kept only
+        where it lies after them."""
+        p = x._bdim if is_mb(x) else None
+        if not is_mb(x):  # a plain Tensor: one value every example shares
+            x = MaskedBatch._new(x.expand((mask.batch_size,) + tuple(x.shape)), None,
+                                 (False,) * x.dim(), bdim=None)
+        k = mask.dim()
+        out = select_rows(_unplaced_one(x), _unplaced_one(mask), "x[mask]")
+        return out if p is None or p < k else adopt(out, p - k + 1, "x[mask]")
 
     @staticmethod
     def storage_index(func, args, x, index):
@@ -901,7 +918,8 @@ _declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.bilinear, to
 _declare(Channels(), F.prelu, torch.prelu, getattr(T, "prelu", None))
 _declare(Rowwise(trailing=2), torch.tril, T.tril, torch.triu, T.triu)
 _declare_module(Broadcast(), "matchbox.ops.pointwise")
-_declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.empty, torch.full)
+_declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.empty, torch.full,
+         torch.masked_select, T.masked_select)
 _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
          torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)
 _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))
