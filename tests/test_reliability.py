@@ -223,13 +223,14 @@ NO_EXAMPLES = {
     "transformer_layer": lambda t: torch.nn.TransformerEncoderLayer(4, 2, 8, batch_first=True)(EMB(t)),
     "batch_norm": lambda t: torch.nn.BatchNorm1d(4)(EMB(t).transpose(1, 2)),
     "positive_entries": lambda t: EMB(t)[EMB(t) > 0],
+    "last_step_and_cat": lambda t: torch.cat([EMB(t)[:, -1].unsqueeze(1), EMB(t)], 1),
 }
 
 
 @pytest.mark.parametrize("name", NO_EXAMPLES)
 def test_a_batch_of_no_examples_gives_the_empty_result(name):
     """nn.LSTM packed its 0 sequences ('Cannot pack empty tensors'), class
-    losses and attention reshaped with -1 over 0 entries."""
+    losses, attention, x[:, -1] and cat reshaped with -1 over 0 entries."""
     out = NO_EXAMPLES[name](_no_sentences())
     assert out.batch_size == 0 and out.examples() == []
     if out.requires_grad:
