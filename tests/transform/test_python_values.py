@@ -205,3 +205,32 @@ def test_table_row_at_a_per_example_int(B, lengths):
     """table[tok.item()] is the row, (d,) per example (issue 27 item 4;
     before, (1, d)), and a (1,) index still gives (1, d)."""
     mb_test(table_rows, (B, (True, 5), (False, 6)), lengths=lengths, dtype=D, params=[TABLE])
+
+
+# ------------------------------------------------------------------ issue 27 items 3 and 11
+from torch.autograd import Variable  # noqa: E402  (the old tutorials' import)
+
+
+@matchbox.batch
+def checks_for_a_tensor(x, extra=None):              # x: (1, n, 3), extra: a list or None
+    if isinstance(x, torch.Tensor) and x.dim() == 3:
+        x = x * 2
+    if torch.is_tensor(x.sum()) and not isinstance(x, (list, tuple)):
+        x = x + 1
+    if isinstance(extra, list) or torch.is_tensor(extra):
+        x = x * 3
+    h = Variable(x.data.new(1, 3).zero_()) + Variable(x).sum(1)   # detached, as in torch
+    return x.sum(1) + h, isinstance(x, MaskedBatch) or isinstance(x, torch.Tensor)
+
+
+@pytest.mark.parametrize("B,lengths", BATCHES)
+def test_isinstance_is_tensor_and_variable_answer_as_per_example(B, lengths):
+    """Per example x is a Tensor: `isinstance(x, torch.Tensor)` and
+    `torch.is_tensor(x)` take that path under @batch (before, the batch
+    took the other one, a silently different result), and `Variable(x)` is
+    x.detach() as in torch (before, TypeError)."""
+    mb_test(checks_for_a_tensor, (B, (True, 5), (False, 3)), lengths=lengths, dtype=D)
+    mb_test(lambda x: checks_for_a_tensor(x, [1]), (B, (True, 5), (False, 3)), lengths=lengths,
+            dtype=D)
+    src = matchbox.to_source(checks_for_a_tensor)
+    assert "isinstance_(x, torch.Tensor)" in src and "tensor_call(Variable, x)" in src
