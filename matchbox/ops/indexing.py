@@ -133,8 +133,8 @@ def _shared_index(x, p, t, op, negative=True):
     """``x`` indexed along ``p`` by one integer Tensor shared by every example."""
     if t.dtype == torch.bool:
         raise NotImplementedError(
-            f"{op}: boolean-mask indexing gives each example a different number of entries; "
-            f"matchbox cannot batch it. Use torch.where(mask, x, fill) to keep the shape.")
+            f"{op}: a boolean mask beside other indices is not supported; index with the mask "
+            f"alone, x[mask], or use torch.where(mask, x, fill) to keep the shape")
     if not x.dims[p - 1] or x._mask is None:
         idx = (slice(None),) * p + (t,)
         mask = x._mask
@@ -245,8 +245,9 @@ def _items(index, n):
     for it in index:
         if isinstance(it, bool) or (isinstance(it, torch.Tensor) and it.dtype == torch.bool):
             raise NotImplementedError(
-                "boolean-mask indexing gives each example a different number of entries; "
-                "matchbox cannot batch it. Use torch.where(mask, x, fill) to keep the shape.")
+                "a boolean mask beside other indices (x[:, mask]) is not supported; index with "
+                "the mask alone, x[mask] (each example's entries under True), or use "
+                "torch.where(mask, x, fill) to keep the shape")
         if isinstance(it, torch.Tensor) and it.dim() == 0 and not it.is_floating_point():
             it = int(it)
         elif isinstance(it, (list, range)):

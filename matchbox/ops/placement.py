@@ -320,10 +320,6 @@ class Dims(_Adapter):
             d, _ = self.arg(rule, args, kwargs, self.params[0])
             if type(d) is int or type(d) is tuple:
                 return rule(*args, **kwargs)
-        args, kwargs = _agree_all(args, kwargs, x, op)
-        if any(is_mb(a) and a._bdim != p and a.dim() == x.dim()
-               for a in list(args[1:]) + list(kwargs.values())):
-            raise unplaced(func, args)
         named, all_dims = [], True
         if self.options.get("varargs"):  # flip(x, 0, 1) as well as flip(x, (0, 1))
             kwargs = dict(kwargs)
@@ -346,6 +342,10 @@ class Dims(_Adapter):
                 named += [storage_dim(x, j, op) for j in ds]
                 if p != 0:
                     args, kwargs = self.replace(args, kwargs, name, i, _dim_to_storage(x, d, op))
+        args, kwargs = _agree_all(args, kwargs, x, op)  # gather's index, scatter's src ...
+        if any(is_mb(a) and a._bdim != p and a.dim() == x.dim()
+               for a in list(args[1:]) + list(kwargs.values())):
+            raise unplaced(func, args)
         if p == 0 and not (self.reduce and all_dims):
             return rule(*args, **kwargs)
         if 0 in named and p != 0 and not self.options.get("size_one"):
