@@ -234,3 +234,12 @@ def test_isinstance_is_tensor_and_variable_answer_as_per_example(B, lengths):
             dtype=D)
     src = matchbox.to_source(checks_for_a_tensor)
     assert "isinstance_(x, torch.Tensor)" in src and "tensor_call(Variable, x)" in src
+
+
+def test_outside_batch_a_masked_batch_is_no_tensor_to_isinstance():
+    """What docs/porting.md tells the user: outside @batch Python's
+    isinstance and torch's Variable cannot be reached."""
+    x = _batch([1, 3])
+    assert not isinstance(x, torch.Tensor) and not torch.is_tensor(x)
+    with pytest.raises(TypeError, match="Variable data has to be a tensor"):
+        Variable(x)
