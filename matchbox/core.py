@@ -815,8 +815,9 @@ class MaskedBatch:
                 f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
                 f"value: {_NO_VALUE_WHY}. Put the per-example loop under @matchbox.batch, or "
                 f"index per example: x[:, i] (negative i counts from each example's own end)")
-        if self._mask is None or not dyn:
-            return [storage_to_example(e, self._bdim) for e in self.padded_data.split(1, 0)]
+        if self._mask is None or not dyn:  # (split of no rows gives one empty part)
+            rows = self.padded_data.split(1, 0) if self.batch_size else ()
+            return [storage_to_example(e, self._bdim) for e in rows]
         lengths = torch.stack([self._lengths(d) for d in dyn], 1).tolist()
         out = []
         for b, ls in enumerate(lengths):

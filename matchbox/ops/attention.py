@@ -291,7 +291,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
             check_same_lengths(key_padding_mask, 1, k, 1, f"{op} (key_padding_mask and keys)")
         bias = bias + _mha_kpm(key_padding_mask, B, S, dtype, op).view(-1, 1, 1, S)
     bias = bias.expand(B, H, L, S)
-    pad_rows = None if q_real is None else ~q_real.view(B, 1, -1, 1)
+    pad_rows = None if q_real is None else ~q_real.view(B, 1, q_real.size(1), 1)
     mask = _combine(_allowed(k_real, L, S, False, 1, q.device), bias, pad_rows)
 
     datas = {}
@@ -302,7 +302,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         datas[id(q)], datas[id(k)], datas[id(v)], embed_dim_to_check, num_heads, in_proj_weight,
         in_proj_bias, bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
         training=training, key_padding_mask=None, need_weights=need_weights,
-        attn_mask=mask.reshape(B * H, L, S), use_separate_proj_weight=use_separate_proj_weight,
+        attn_mask=mask.reshape(B * H, L, S) if B else None, use_separate_proj_weight=use_separate_proj_weight,
         q_proj_weight=q_proj_weight, k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight,
         average_attn_weights=average_attn_weights, is_causal=False)
     out = new(_masked_rows(out.transpose(0, 1), q_real), q._mask, q.dims)

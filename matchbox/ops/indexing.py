@@ -1,5 +1,6 @@
 """Indexing: ``x[...]``, ``x[...] = v``, select, narrow, gather, index_select,
 take_along_dim, scatter/scatter_add/scatter_reduce, index_add, nonzero.
+(A boolean mask, ``x[x > 0]``: boolean_index.py.)
 
 Every index means what it means for one example:
 
@@ -79,7 +80,7 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     orig = index
     if negative:
         index = torch.where(index < 0, index + length, index)
-    im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
+    im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, index.size(1))
     present = _lanes.active_lanes() if every else lanes_present(x)
     index, keep = _in_range(index, length, present, im, op, p, shown=orig)
     data = gather_line(x.padded_data, p, index)
@@ -124,7 +125,7 @@ def _per_example_index(x, p, idx, op, negative=True):
     shape = (1,) + tuple(data.shape[1:])
     m = idx._mask
     im = None if m is None else m.unsqueeze(1)
-    return take(x, p, data.reshape(data.size(0), -1), shape, op, im,
+    return take(x, p, data.reshape(data.size(0), data.shape[1:].numel()), shape, op, im,
                 (False,) + idx.dims, negative)
 
 
@@ -132,8 +133,8 @@ def _shared_index(x, p, t, op, negative=True):
     """``x`` indexed along ``p`` by one integer Tensor shared by every example."""
     if t.dtype == torch.bool:
         raise NotImplementedError(
-            f"{op}: boolean-mask indexing gives each example a different number of entries; "
-            f"matchbox cannot batch it. Use torch.where(mask, x, fill) to keep the shape.")
+            f"{op}: a boolean mask beside other indices is not supported; index with the mask "
+            f"alone, x[mask], or use torch.where(mask, x, fill) to keep the shape")
     if not x.dims[p - 1] or x._mask is None:
         idx = (slice(None),) * p + (t,)
         mask = x._mask
@@ -244,8 +245,9 @@ def _items(index, n):
     for it in index:
         if isinstance(it, bool) or (isinstance(it, torch.Tensor) and it.dtype == torch.bool):
             raise NotImplementedError(
-                "boolean-mask indexing gives each example a different number of entries; "
-                "matchbox cannot batch it. Use torch.where(mask, x, fill) to keep the shape.")
+                "a boolean mask beside other indices (x[:, mask]) is not supported; index with "
+                "the mask alone, x[mask] (each example's entries under True), or use "
+                "torch.where(mask, x, fill) to keep the shape")
         if isinstance(it, torch.Tensor) and it.dim() == 0 and not it.is_floating_point():
             it = int(it)
         elif isinstance(it, (list, range)):
@@ -337,7 +339,9 @@ def _index_shared_tensor(t, index):
     mask = idx._mask
     if mask is not None:
         mask = mask.reshape(mask.shape + (1,) * (data.dim() - i.dim()))
-    return new(data, mask, dims)
+    # per example the index's dims come first: its batch-of-one dim (or none,
+    # for one int per example: table[tok.item()] is (d,)) stays where it was
+    return new(data, mask, dims, bdim=idx._bdim)
 
 
 # ------------------------------------------------------------------ x[...] = v
@@ -475,16 +479,8 @@ def index_select(input, dim, index):
     return new(x.padded_data.index_select(d, index), x._mask, x.dims)
 
 
-@register_distinct(torch.masked_select, T.masked_select)
-def masked_select(input, mask):
-    raise NotImplementedError(
-        "masked_select returns a different number of entries for each example, so matchbox "
-        "cannot batch it. Use torch.where(mask, x, fill) to keep the shape, or a reduction "
-        "over the masked entries.")
-
-
 __all__ = ["getitem", "setitem", "take", "gather", "index_select", "select", "narrow",
-           "masked_select", "take_along_dim", "scatter", "scatter_add", "scatter_reduce",
+           "take_along_dim", "scatter", "scatter_add", "scatter_reduce",
            "index_add", "nonzero"]
 
 

@@ -162,7 +162,7 @@ def _packed(f, input, hx, params, has_biases, num_layers, dropout, train, bidire
     output (B, n, D*H) and the final states in torch layout (L*D, B, H)."""
     x, B, n = input.padded_data, input.padded_data.size(0), input.padded_data.size(1)
     real = real_mask(input)
-    if real is None:  # every step of every example is real: one plain call
+    if real is None or B == 0:  # every step of every example is real (or no example): one plain call
         res = f(x, hx if len(hx) > 1 else hx[0], params, has_biases, num_layers, dropout,
                 train, bidirectional, True)
         return res[0], list(res[1:])

@@ -90,7 +90,7 @@ def gather_line(t, d, index):
     if d == 1 and t.dim() > 2 and t.is_contiguous():
         n = t.size(1)
         rows = index + torch.arange(0, B * n, n, device=index.device).unsqueeze(1)
-        return t.reshape(B * n, -1).index_select(0, rows.reshape(-1)).view((B, K) + t.shape[2:])
+        return t.reshape(B * n, t.shape[2:].numel()).index_select(0, rows.reshape(-1)).view((B, K) + t.shape[2:])
     shape = list(t.shape)
     shape[d] = K
     view = [1] * t.dim()

@@ -18,6 +18,8 @@ One concern per module:
   (per-example lists)
 - :mod:`.scalars`: ``size``, ``shape``, ``len_``, ``item``, ``int_``,
   ``float_``, ``bool_`` (per-example Python values)
+- :mod:`.tensor_checks`: ``isinstance_``, ``tensor_call`` (``torch.is_tensor``,
+  ``Variable``): a MaskedBatch is a Tensor to per-example code
 - :mod:`.loops`: ``while_loop``, ``for_loop`` (and :mod:`.compaction`,
   what ``@batch(compact=...)`` runs them with); :mod:`.maps`: ``map_loop``
   (a ``for`` whose iterations share no state, run once on every step)
@@ -35,12 +37,14 @@ from .loops import for_loop, while_loop
 from .maps import map_loop
 from .scalars import bool_, float_, int_, item, len_, shape, size
 from .select import select
+from .tensor_checks import isinstance_, tensor_call
 from .values import Mixed, Undefined, returned
 
 __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "inplace",
            "select",
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
+           "isinstance_", "tensor_call",
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
            "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "recursive",
            "returned"]
