@@ -15,23 +15,8 @@ from ...core import MaskedBatch
 from .compaction import owned as _owned
 from .lists import extend_owned
 from .select import ShapeMismatch, select
+from .update import _assign
 from .values import Mixed, Undefined
-
-
-def _mixed_assign(lanes, old, new):
-    """``new`` in ``lanes`` and ``old`` elsewhere, where ``old`` (a Mixed, or
-    a value) holds values of another rank than ``new`` in some lanes."""
-    parts = old.parts if type(old) is Mixed else [(None, old)]  # None: every lane
-    out, held, rest = new, lanes, []
-    for lanes_v, v in parts:
-        keep = ~lanes if lanes_v is None else lanes_v & ~lanes
-        try:
-            out = select(held, out, v)
-            held = held | keep
-        except ShapeMismatch:
-            if bool(keep.any()):
-                rest.append((keep, v))
-    return out if not rest else Mixed([(held, out)] + rest)
 
 
 def read(x, shared=True):
@@ -105,20 +90,6 @@ def _compacted_assign(comp, old, new, keep=True):
     if comp.compacted(new):
         new = comp.expand(new)
     return new if undefined else select(comp.alive, new, comp.settle(old))
-
-
-def _assign(old, new):
-    lanes = _ACTIVE.get()
-    if lanes is None or old is new or isinstance(old, Undefined) or old is None:
-        return new
-    if isinstance(new, Undefined):
-        return old
-    if type(old) is Mixed:
-        return _mixed_assign(lanes, old, new)
-    try:
-        return select(lanes, new, old)
-    except ShapeMismatch:
-        return _mixed_assign(lanes, old, new)
 
 
 _AUG = {"+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub),

@@ -33,6 +33,9 @@ import torch
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows
+from .select import ShapeMismatch, select
+from .update import _assign, _mixed_assign
+from .values import Mixed, Undefined
 
 _new = MaskedBatch._new
 
@@ -250,7 +253,6 @@ class MapCompaction(Compaction):
         self.alive, self.cache, self.records = None, {}, []
 
     def _take(self, x):
-        from .values import Mixed
         if type(x) is Mixed or type(x) is list and any(
                 getattr(v, "_listed", None) is not None for v in x):
             raise NotImplementedError(
@@ -262,7 +264,6 @@ class MapCompaction(Compaction):
         return super()._take(x)
 
     def assign(self, old, new, keep=True):
-        from .assign import _assign
         return _assign(old, new)
 
     def record(self, lst, value):
@@ -314,7 +315,6 @@ def branch_compaction(lanes, n, share, code, description):
     """The :class:`BranchCompaction` to run a branch with (its full-batch
     ``lanes``, ``n`` of them), or None to run it masked: ``share`` is the
     function's ``compact=`` (None: the measured rule above)."""
-    from ..._lanes import _COMPACT
     B = lanes.numel()
     if share is None:
         if n > BRANCH_SHARE * B or B < BRANCH_MIN_BATCH:
@@ -341,7 +341,6 @@ class BranchCompaction(Compaction):
         self.parent = parent
 
     def _take(self, x):
-        from .values import Mixed
         if self.parent is not None:
             x = self.parent._take(x)
         if type(x) is Mixed:  # the part that the branch's lanes hold (or raise, as masked)
@@ -351,8 +350,6 @@ class BranchCompaction(Compaction):
     def assign(self, old, new, keep=True):
         """``old = new`` in the branch: ``new`` (computed on the branch's
         rows) written into ``old``'s rows of the branch."""
-        from .assign import _assign
-        from .values import Mixed, Undefined
         if isinstance(new, tuple) and (isinstance(old, Undefined)
                                        or isinstance(old, tuple) and len(old) == len(new)):
             olds = old if isinstance(old, tuple) else (old,) * len(new)
@@ -368,9 +365,6 @@ class BranchCompaction(Compaction):
 
     @torch.enable_grad()   # each lane keeps its history, as in select
     def _write(self, old, new, lanes):
-        from .assign import _mixed_assign
-        from .select import ShapeMismatch, select
-        from .values import Mixed, Undefined
         if isinstance(old, Undefined) or old is None:
             return self.expand(new) if self.compacted(new) else new
         if self.compacted(old):

@@ -11,9 +11,11 @@ import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, active_lanes
 from ...core import MaskedBatch
-from .values import Undefined
 from .compaction import branch_compaction
+from .list_items import list_len
+from .regions import _combine, _inside, _under
 from .select import select
+from .values import Undefined
 
 _NONE = object()  # no compaction token to reset
 
@@ -35,7 +37,6 @@ def cond(value):
             c = c & value._mask.reshape(B)
         return c
     if type(value) is list and value:  # a list is true where the example's list is not empty
-        from .lists import list_len
         n = list_len(value)
         return cond(n > 0) if type(n) is MaskedBatch else n > 0
     return bool(value)
@@ -50,38 +51,6 @@ def not_(value):
     if isinstance(c, bool):
         return not c
     return _as_condition_batch(~c)
-
-
-def _under(lanes, thunk):
-    """Evaluate ``thunk`` with ``lanes`` (already combined) active."""
-    token = _ACTIVE.set(lanes)
-    try:
-        return thunk()
-    finally:
-        _ACTIVE.reset(token)
-
-
-def _combine(outer, c):
-    return c if outer is None else outer & c
-
-
-# The lanes of every lane (where the active lanes are None), for _within.
-_ALL = "all lanes"
-
-
-def _within(lanes, outer):
-    """Whether every lane of ``lanes`` is known to be in ``outer`` (each a
-    lanes Tensor or _ALL) without reading the device: ``outer`` is all
-    lanes, or ``lanes`` was made inside it (a loop's iteration inside the
-    previous one, a branch inside its surroundings: ``_inside``)."""
-    return outer is _ALL or lanes is outer or getattr(lanes, "_mb_within", None) is outer
-
-
-def _inside(lanes, outer):
-    """Record that ``lanes`` (a fresh Tensor) lies within ``outer`` (lanes
-    or None for all)."""
-    lanes._mb_within = _ALL if outer is None else outer
-    return lanes
 
 
 def and_(a, b_thunk):
