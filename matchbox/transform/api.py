@@ -58,6 +58,16 @@ class Context:
 CONVERTED_CODES = weakref.WeakSet()
 
 
+def _function_codes(code):
+    """``code`` and the code objects nested in it (its lambdas)."""
+    out, todo = set(), [code]
+    while todo:
+        c = todo.pop()
+        out.add(c)
+        todo.extend(k for k in c.co_consts if hasattr(k, "co_consts"))
+    return out
+
+
 def _disabled():
     return os.environ.get("MATCHBOX_DISABLE", "").strip() not in ("", "0", "false", "False")
 
@@ -70,9 +80,9 @@ def convert(fn, max_iterations=None, compact=None, merge_calls=None):
     for p in PASSES:
         fdef = p.transform(fdef, ctx)
     source = "".join(f"# {note}\n" for note in ctx.notes) + unparse(fdef)
-    new = load_function(fdef, fn, origin, ctx.runtime, runtime)
+    new = load_function(fdef, fn, origin, ctx.runtime, runtime.function_runtime())
     new.__matchbox_source__ = source
-    CONVERTED_CODES.update(runtime.compaction.function_codes(new.__code__))
+    CONVERTED_CODES.update(_function_codes(new.__code__))
     new.__matchbox_batched__ = True
     return new
 

@@ -12,14 +12,14 @@ import torch
 
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
-from .compaction import owned as _owned
+from .compaction import owned
 from .lists import extend_owned
 from .select import ShapeMismatch, select
 from .update import _assign
 from .values import Mixed, Undefined
 
 
-def read(x, shared=True):
+def read(owner, x, shared=True):
     """``x`` as read inside a masked region: its dormant lanes are cut from
     the graph, so whatever they compute there adds no gradient (JAX feeds
     inactive branches stop_gradient'ed inputs the same way).  Every read of
@@ -27,8 +27,9 @@ def read(x, shared=True):
     backward node) where each read would make its own.  The target of an
     in-place op is read with ``shared=False``: a read of its own, whose
     data is not the cut's view (which no in-place op may write), so that
-    the write reaches ``x``."""
-    comp = _owned()
+    the write reaches ``x``.  (``owner``, here and below: the runtime of
+    the calling function, see compaction.py.)"""
+    comp = owned(owner)
     return _read(x if comp is None else comp.take(x), shared)
 
 
@@ -50,9 +51,9 @@ def _read(x, shared=True):
     return r
 
 
-def assign(old, new):
+def assign(owner, old, new):
     """``new`` for the active lanes, ``old`` for the dormant ones."""
-    comp = _owned()
+    comp = owned(owner)
     if comp is None:
         return _assign(old, new)
     try:
@@ -101,14 +102,14 @@ _AUG = {"+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub)
         ">>=": (operator.irshift, operator.rshift)}
 
 
-def aug_assign(old, op, value, in_place=True):
+def aug_assign(owner, old, op, value, in_place=True):
     """``old op= value``: in place (plain Python) when every lane is
     active, else a masked out-of-place update.  ``in_place=False``: the
     update of an item (``buf[k] += v``) that ``setitem`` then stores, out
     of place for a Tensor (a plain Tensor's item may take a per-example
     value)."""
     inplace, outplace = _AUG[op]
-    comp = _owned()
+    comp = owned(owner)
     if op == "+=" and isinstance(old, list):  # lst += items: appends per lane
         extend_owned(old, value, comp)
         return old
@@ -207,9 +208,9 @@ def _own_copies(t, key, value, name, op=None):
     return MaskedBatch._new(t.expand(B, *t.shape), None, (False,) * t.dim(), bdim=None)
 
 
-def setattr_(obj, name, value):
+def setattr_(owner, obj, name, value):
     """``obj.name = value`` for the active lanes."""
     old = getattr(obj, name, None)
-    comp = _owned()
+    comp = owned(owner)
     setattr(obj, name, _assign(old, value) if comp is None
             else _compacted_assign(comp, old, value, keep=False))

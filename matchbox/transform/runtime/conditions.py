@@ -5,8 +5,6 @@ bool Tensor ``(B,)`` of lanes where it holds; ``not_``/``and_``/``or_``
 combine tests lane by lane; ``if_true``/``if_false`` narrow the active
 lanes for a branch; ``if_exp`` is ``a if c else b`` per lane.
 """
-import sys
-
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, active_lanes
@@ -101,13 +99,13 @@ class if_true:
     gathered: ``conditionals.py`` decides which) lets the branch run on its
     lanes only, gathered and scattered back (``compaction.BranchCompaction``),
     when few lanes take it: ``share`` is ``@batch(compact=...)``'s share,
-    None for the measured rule (``compaction.branch_compaction``)."""
+    None for the measured rule (``compaction.branch_compaction``).
+    ``owner``: the runtime of the function whose code holds the branch."""
 
-    __slots__ = ("c", "gather", "share", "code", "token", "compact_token")
+    __slots__ = ("owner", "c", "gather", "share", "token", "compact_token")
 
-    def __init__(self, c, gather=None, share=None):
-        self.c, self.gather, self.share = c, gather, share
-        self.code = sys._getframe(1).f_code if gather is not None else None
+    def __init__(self, owner, c, gather=None, share=None):
+        self.owner, self.c, self.gather, self.share = owner, c, gather, share
 
     def _lanes(self):
         return self.c
@@ -123,7 +121,7 @@ class if_true:
         if run and self.gather is not None:
             lanes = _ACTIVE.get()
             comp = None if lanes is None else branch_compaction(
-                lanes, n, self.share, self.code, self.gather)
+                lanes, n, self.share, self.owner, self.gather)
             if comp is not None:
                 self.compact_token = _COMPACT.set(comp)
                 _ACTIVE.set(None)  # every gathered lane is active
@@ -142,10 +140,6 @@ class if_false(if_true):
     """The ``else`` of :func:`if_true`."""
 
     __slots__ = ()
-
-    def __init__(self, c, gather=None, share=None):
-        self.c, self.gather, self.share = c, gather, share
-        self.code = sys._getframe(1).f_code if gather is not None else None
 
     def _lanes(self):
         return not self.c if isinstance(self.c, bool) else ~self.c

@@ -4,29 +4,24 @@ read and change each example's own list, in the active lanes only (see
 lists.py for how such a list is held).
 """
 import operator
-import sys
 
 import torch
 
-from ..._lanes import _ACTIVE, _COMPACT
+from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
+from .compaction import owned
 from .lists import _holds, _in_lanes, _layout, _listed, _pick, _rebuilt, _tag, _untagged
 from .select import select
 
 _new = MaskedBatch._new
 
 
-def _lanes_now():
-    """The active lanes as full-batch lanes, or None (all), and the loop
-    compaction (or None) that the user code two frames up runs under."""
-    comp = _owned_by_caller()
+def _lanes_now(owner):
+    """The active lanes as full-batch lanes, or None (all), and the
+    compaction (or None) that the code calling as ``owner`` runs under."""
+    comp = owned(owner)
     lanes = _ACTIVE.get()
     return (lanes if comp is None else comp.lanes(lanes)), comp
-
-
-def _owned_by_caller():
-    comp = _COMPACT.get()
-    return comp if comp is not None and sys._getframe(3).f_code in comp.codes else None
 
 
 def _per_lane_state(lst, lanes, index=None):
@@ -70,12 +65,12 @@ def _result(value, comp, all_active):
     return value if comp is None else comp.take(value)
 
 
-def pop(lst, *args):
+def pop(owner, lst, *args):
     """``lst.pop()`` / ``lst.pop(i)``: each active example pops its own
     item (an example with too short a list raises, as Python does)."""
     if type(lst) is not list:
         return lst.pop(*args)
-    lanes, comp = _lanes_now()
+    lanes, comp = _lanes_now(owner)
     index = args[0] if args else -1
     state = _per_lane_state(lst, lanes, index)
     if state is None:
@@ -100,12 +95,12 @@ def pop(lst, *args):
     return _result(value, comp, lanes is None)
 
 
-def getitem(obj, key):
+def getitem(owner, obj, key):
     """``obj[key]``; on a per-example list (or with a per-example index),
     each example's own item or slice."""
     if type(obj) is not list:
         return obj[key]
-    lanes, comp = _lanes_now()
+    lanes, comp = _lanes_now(owner)
     if type(key) is slice and key.start is None and key.stop is None and key.step == -1:
         out = _reversed(obj)
         return out if comp is None else [comp.take(v) for v in out]

@@ -17,7 +17,7 @@ import torch
 from ..._lanes import _ACTIVE, _Slot
 from ...core import MaskedBatch
 from ...ops._registry import uncut
-from .compaction import owned as _owned
+from .compaction import owned
 from .regions import _ALL, _inside, _within
 from .select import _canonical, _full_mask, _lane_view, select
 
@@ -94,20 +94,21 @@ def _lane_counts(lst, B, device):
     return torch.full((B,), len(lst), dtype=torch.long, device=device)
 
 
-def append(lst, value):
+def append(owner, lst, value):
     """``lst.append(value)`` that records the active lanes: per example the
     list grows only where the lane is active, so ``F.stack`` of the list
-    builds a dynamic dimension with each example's own length."""
+    builds a dynamic dimension with each example's own length.  (``owner``,
+    here and below: the runtime of the calling function, see compaction.py.)"""
     if not isinstance(lst, list):
         return lst.append(value)
-    _append_owned(lst, value, _owned())
+    _append_owned(lst, value, owned(owner))
 
 
-def extend(lst, values):
+def extend(owner, lst, values):
     """``lst.extend(values)``: a masked append per item."""
     if not isinstance(lst, list):
         return lst.extend(values)
-    extend_owned(lst, values, _owned())
+    extend_owned(lst, values, owned(owner))
 
 
 def extend_owned(lst, values, comp):
