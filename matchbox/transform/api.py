@@ -12,6 +12,7 @@ from . import (assignments, break_statements, calls, conditionals, continue_stat
                logical, loops, python_values, reads, returns, runtime, sibling_calls,
                unsupported)
 from .analysis import loop_temporaries
+from .buffers import owned_buffers
 from .maps import map_loops
 from .naming import Namer
 from .parser import load_function, parse_function, unparse
@@ -48,6 +49,8 @@ class Context:
         self.notes = []
         # stores of loop temporaries, found before any pass moves statements
         self.loop_temporaries = loop_temporaries(fdef)
+        # locals holding a Tensor of the function's own (buffers.py)
+        self.owned_buffers = owned_buffers(fdef)
         # for loops whose iterations share no state (maps.py), run as one
         self.map_loops = map_loops(fdef) if compact is None else {}
 
