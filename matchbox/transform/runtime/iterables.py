@@ -8,7 +8,8 @@ import torch
 
 from ..._lanes import active_lanes
 from ...core import MaskedBatch
-from .lists import _listed, reversed_list
+from .list_items import reversed_list
+from .lists import _listed
 
 _new = MaskedBatch._new
 

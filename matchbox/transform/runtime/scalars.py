@@ -17,7 +17,9 @@ import math
 import torch
 
 from ...core import MaskedBatch, storage_dim
-from .lists import is_per_lane, list_len
+from .list_items import list_len
+from .lists import is_per_lane
+from .select import example_shape
 
 _new = MaskedBatch._new
 
@@ -74,7 +76,6 @@ def _one_value(x, what):
     examples must each hold exactly one element)."""
     shape = x._data.shape[1:]
     if math.prod(shape) != 1:
-        from .select import example_shape
         raise ValueError(
             f"{what} needs one value per example, but each example has shape "
             f"{example_shape(x)}; reduce it first (x.sum(), x.max(), x[0, -1]) or index "

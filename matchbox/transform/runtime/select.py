@@ -5,6 +5,7 @@ and widening dynamic dimensions where the two differ."""
 import torch
 
 from ...core import MaskedBatch, example_to_storage
+from ...ops._registry import presence
 
 _new = MaskedBatch._new
 
@@ -198,7 +199,6 @@ def _present(lanes, a, b):
     pb = b._present if isinstance(b, MaskedBatch) else None
     if pa is None and pb is None:
         return None
-    from ...ops._registry import presence
     ones = torch.ones_like(lanes)
     qa = presence(a) if isinstance(a, MaskedBatch) else None
     qb = presence(b) if isinstance(b, MaskedBatch) else None
