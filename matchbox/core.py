@@ -792,8 +792,9 @@ class MaskedBatch:
             padded.append(torch.nn.functional.pad(e, pad) if any(pad) else e)
         data = torch.cat(padded, 0)
         shape = data.shape
+        # (a dim of size 0 in every example hides the others' sizes from the mask)
         lengths = {i + 1: sizes[:, i].to(data.device) for i, dyn in enumerate(dims)
-                   if dyn and bool((sizes[:, i] != maxes[i]).any())}
+                   if dyn and (maxes[i] == 0 or bool((sizes[:, i] != maxes[i]).any()))}
         present = empty_present(lengths)
         return cls._new(data, mask_from_lengths(lengths, shape, dims), dims, zero=True,
                         bdim=batch_dim, present=present, sizes=empty_sizes(lengths, present))
@@ -1044,6 +1045,19 @@ def adopt(x, q, what):
         y = MaskedBatch._new(y.padded_data.unsqueeze(t), mask, y.dims[:t - 1] + (False,) + y.dims[t - 1:],
                              y._zero, present=y._present, sizes=sizes)
     return relabel(y, q)
+
+
+def unlabeled(x):
+    """MaskedBatch ``x`` (the same values per example) with its batch-of-one
+    dimension read as a plain static dimension of size 1: it has none.
+    Anything else as it is."""
+    if not isinstance(x, MaskedBatch) or x._bdim is None:
+        return x
+    p = x._bdim
+    mask = None if x._mask is None else x._mask.unsqueeze(p + 1)
+    sizes = None if x._sizes is None else {d + (d > p): n for d, n in x._sizes.items()}
+    return MaskedBatch._new(x.padded_data.unsqueeze(p + 1), mask, x.dims[:p] + (False,) + x.dims[p:],
+                            x._zero, None, x._present, sizes)
 
 
 def squeezed(x, s):
