@@ -285,8 +285,10 @@ class Dims(_Adapter):
             raise ValueError(
                 f"{func_name(op)} over dimension {p} of each example, its batch-of-one dimension: move it "
                 f"first (x.movedim({p}, 0)) or name another dimension")
-        args = (relabel(x, 0),) + tuple(relabel(a, 0) if is_mb(a) and a._bdim == p else a
-                                        for a in args[1:])
+        # (operands laid out as x; a 1-D index of index_select / index_add is not)
+        args = (relabel(x, 0),) + tuple(
+            relabel(a, 0) if is_mb(a) and a._bdim == p and a.dim() == x.dim() else a
+            for a in args[1:])
         out = rule(*args, **kwargs)
         if not self.reduce:
             return _label(out, p, args)
@@ -824,6 +826,7 @@ _declare(Rowwise(trailing=2), torch.tril, T.tril, torch.triu, T.triu)
 _declare_module(Broadcast(), "matchbox.ops.pointwise")
 _declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.empty, torch.full,
          torch.is_floating_point)
+_declare(Own(), torch.nonzero, T.nonzero, torch.argwhere, T.argwhere)
 _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
          torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)
 _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))

@@ -148,15 +148,14 @@ def test_conv_examples_with_no_item():
 
 # ------------------------------------------------------------------ norm layers
 NORMS = [lambda: nn.BatchNorm1d(IN).eval(), lambda: nn.InstanceNorm1d(IN, affine=True),
-         lambda: nn.GroupNorm(1, IN), lambda: nn.LayerNorm(5)]
+         lambda: nn.GroupNorm(1, IN)]  # (nn.LayerNorm is row-wise: items are rows already)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("make", NORMS)
 def test_norm_over_items(make, mode):
     check(make(), items(4, 3, [(False, IN), (False, 5)], batch_first=True), lengths=mode)
-    if not isinstance(make(), nn.LayerNorm):  # (a dynamic last dim is not one row)
-        check(make(), items(4, 3, [(False, IN), (True, 5)], batch_first=True), lengths="equal")
+    check(make(), items(4, 3, [(False, IN), (True, 5)], batch_first=True), lengths="equal")
 
 
 def test_batch_norm_training_normalizes_over_every_item():
@@ -187,3 +186,78 @@ def test_items_in_dormant_lanes():
     for seed in range(3):
         mb_test(f, items(4, 3, [(True, 4), (False, IN)]), dtype=D, batch_dim=None, seed=seed,
                 params=list(lstm.parameters()))
+
+
+# ------------------------------------------------------------------ the DyNet char tagger
+BLANK, FREQUENT = 0, 6
+
+
+class DynetCharTagger(nn.Module):
+    """The "BiLSTM w/ char" tagger as the DyNet benchmark's PyTorch version
+    writes it, for ONE sentence: word ids (n,) (``>= FREQUENT``: a rare
+    word) and their letters (n, c), blank-padded.  The rare words' letters
+    are gathered into (c, k) and spelled by char nn.LSTMs; the spellings
+    are added into the word embeddings, which a word BiLSTM tags.
+
+    ``own_ends``: as the benchmark, a forward and a backward char LSTM,
+    each read at the word's own last letter (the backward one runs over
+    the word reversed); else one bidirectional char LSTM whose final
+    states (after the blanks too) spell the word."""
+
+    def __init__(self, own_ends, letters=8, embed=4, hidden=3, tags=5):
+        super().__init__()
+        self.own_ends = own_ends
+        self.words = nn.Embedding(FREQUENT + 1, embed, padding_idx=FREQUENT)
+        self.chars = nn.Embedding(letters, embed)
+        self.char_fwd, self.char_bwd = nn.LSTM(embed, embed // 2), nn.LSTM(embed, embed // 2)
+        self.char_bi = nn.LSTM(embed, embed // 2, bidirectional=True)
+        self.lstm = nn.LSTM(embed, hidden, bidirectional=True)
+        self.out = nn.Linear(2 * hidden, tags)
+
+    def spell(self, ids):
+        """Letter ids (k, c) -> (k, E)."""
+        if not self.own_ends:
+            _, (h, _) = self.char_bi(self.chars(ids.t()))       # h: (2, k, E / 2)
+            return torch.cat([h[0], h[1]], 1)
+        lens = (ids != BLANK).sum(1)                            # (k,) letters per word
+        step = torch.ones_like(ids).cumsum(1) - 1               # (k, c): 0, 1, ...
+        rev = ids.gather(1, (lens.view(-1, 1) - 1 - step).clamp(min=0))  # each word reversed
+        last = (step == (lens.view(-1, 1) - 1)).t().unsqueeze(2)  # (c, k, 1): own last letter
+        fwd, _ = self.char_fwd(self.chars(ids.t()))             # (c, k, E / 2)
+        bwd, _ = self.char_bwd(self.chars(rev.t()))
+        return torch.cat([(fwd * last).sum(0), (bwd * last).sum(0)], 1)
+
+    def forward(self, words, letters):
+        embeddings = self.words(words.clamp(max=FREQUENT))     # (n, E)
+        rare = (words >= FREQUENT).nonzero().squeeze(1)         # (k,) the rare words
+        spelled = self.spell(letters.index_select(0, rare))
+        embeddings = embeddings.index_add(0, rare, spelled)
+        return self.out(self.lstm(embeddings.unsqueeze(1))[0].squeeze(1))
+
+
+def sentence(n, rare, g):
+    """Word ids (n,) and blank-padded letters (n, c) of a sentence whose
+    words ``rare`` (indices) are rare."""
+    ids = torch.randint(0, FREQUENT, (n,), generator=g)
+    ids[rare] = FREQUENT + 1
+    spellings = [torch.randint(1, 8, (int(torch.randint(1, 5, (), generator=g)),), generator=g)
+                 for _ in range(n)]
+    c = max(len(s) for s in spellings)
+    return ids, torch.stack([torch.cat([s, s.new_zeros(c - len(s))]) for s in spellings])
+
+
+@pytest.mark.parametrize("own_ends, rares", [
+    (True, [[1], [0, 2], [1, 2, 3]]), (True, [[0]] * 3), (False, [[1], [0, 2], [1, 2, 3]]),
+    (False, [[], [0, 1], [2]])])
+def test_dynet_char_tagger(own_ends, rares):
+    """Sentences with different numbers of rare words (none, for the final
+    states) and different word lengths; values and gradients equal per
+    sentence."""
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model = DynetCharTagger(own_ends).double()
+    sents = [sentence(n, rare, g) for n, rare in zip((3, 5, 4), rares)]
+    words = MaskedBatch.fromlist([w for w, _ in sents], (True,), batch_dim=None)
+    letters = MaskedBatch.fromlist([c for _, c in sents], (True, True), batch_dim=None)
+    out = mb_test(model, words, letters, dtype=D)
+    assert [e.shape[0] for e in out.examples()] == [3, 5, 4]
