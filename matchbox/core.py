@@ -987,12 +987,6 @@ def storage_dim(x, d, op=None):
     return 0 if d == p else d + (d < p)
 
 
-def user_dim(x, s):
-    """The per-example dimension that storage dimension ``s`` >= 1 is."""
-    p = x._bdim
-    return s - 1 if p is None or s - 1 < p else s
-
-
 def example_to_storage(t, bdim, what="the example"):
     """One example ``t`` (its batch-of-one dimension at ``bdim``, or none)
     as a ``(1, ...)`` slice of batch-first storage."""

@@ -629,8 +629,9 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
 @register_distinct(torch.index_add, T.index_add)
 def index_add(input, dim, index, source, *, alpha=1):
     """``torch.index_add`` per example as a ``scatter_add``: the 1-D index (a
-    Tensor shared by every example, or a MaskedBatch of one int per
-    example, data ``(B,)``) spread over ``source``'s entries along ``dim``."""
+    Tensor shared by every example, or a MaskedBatch of one int or one
+    vector ``(k,)`` per example) spread over ``source``'s entries along
+    ``dim``."""
     ref = input if is_mb(input) else source
     d = norm_dim(ref, dim, "index_add")
     src = source if is_mb(source) else _as_batch(source, ref, "index_add")
@@ -652,9 +653,8 @@ def index_add(input, dim, index, source, *, alpha=1):
     view = [ix.size(0)] + [1] * (src.padded_data.dim() - 1)
     view[d] = K
     ix = ix.long().view(view).expand(src.padded_data.shape[:d] + (K,) + src.padded_data.shape[d + 1:])
-    k = K
-    src = new(src.padded_data.narrow(d, 0, k), src._mask if src._mask is None or src._mask.size(d) == 1
-              else src._mask.narrow(d, 0, k), src.dims)
+    src = new(src.padded_data.narrow(d, 0, K), src._mask if src._mask is None or src._mask.size(d) == 1
+              else src._mask.narrow(d, 0, K), src.dims)
     return scatter_add(input, d, new(ix, src._mask, src.dims), src if alpha == 1 else src * alpha)
 
 
