@@ -19,10 +19,12 @@ import math
 
 import torch
 
-from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
+from ..core import (PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim,
+                    unlabeled)
 from ._registry import func_name, is_mb
 from .boolean_index import select_rows
 from .indexing import put
+from .lanes import Items
 from .softmax import implicit_dim
 
 __all__ = ["unplaced"]
@@ -210,8 +212,8 @@ class Broadcast(_Adapter):
             # per example, the batch-of-one dimension broadcasts against a size
             # other than 1 (lanes made by x.join_dims(0, d) meeting a (1, ...)
             # value): as in PyTorch, the result has no batch-of-one dimension
-            args = tuple(_unplaced_one(a) for a in args)
-            kwargs = {n: _unplaced_one(v) for n, v in kwargs.items()}
+            args = tuple(unlabeled(a) for a in args)
+            kwargs = {n: unlabeled(v) for n, v in kwargs.items()}
             k = None
         if k is None:
             # no operand has a batch-of-one dimension: the result has the rank
@@ -352,8 +354,10 @@ class Dims(_Adapter):
             raise ValueError(
                 f"{func_name(op)} over dimension {p} of each example, its batch-of-one dimension: move it "
                 f"first (x.movedim({p}, 0)) or name another dimension")
-        args = (relabel(x, 0),) + tuple(relabel(a, 0) if is_mb(a) and a._bdim == p else a
-                                        for a in args[1:])
+        # (operands laid out as x; a 1-D index of index_select / index_add is not)
+        args = (relabel(x, 0),) + tuple(
+            relabel(a, 0) if is_mb(a) and a._bdim == p and a.dim() == x.dim() else a
+            for a in args[1:])
         out = rule(*args, **kwargs)
         if not self.reduce:
             return _label(out, p, args)
@@ -786,7 +790,7 @@ class SetItem(_Adapter):
         def place(sel, v):
             sel = _label(sel, q)
             if q is None:  # the value's batch-of-one dimension, if any, broadcasts as a 1
-                v = _unplaced_one(v)
+                v = unlabeled(v)
             return _to_front(v, _right_offset([sel, v], func), func)
         x.padded_data = put(relabel(x, 0), storage, value, "x[...] = v", place=place)
 
@@ -919,7 +923,8 @@ _declare(Channels(), F.prelu, torch.prelu, getattr(T, "prelu", None))
 _declare(Rowwise(trailing=2), torch.tril, T.tril, torch.triu, T.triu)
 _declare_module(Broadcast(), "matchbox.ops.pointwise")
 _declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.empty, torch.full,
-         torch.masked_select, T.masked_select)
+         torch.masked_select, T.masked_select, torch.is_floating_point)
+_declare(Own(), torch.nonzero, T.nonzero, torch.argwhere, T.argwhere)
 _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
          torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)
 _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))
@@ -929,3 +934,16 @@ _declare(Made(), T.new_zeros, T.new_ones, T.new_full, T.new_empty, T.new_tensor,
 _declare(Matmul(), torch.matmul, T.matmul, T.__matmul__, torch.bmm, T.bmm)
 _declare(Broadcast(), T.masked_fill)
 _declare(Rowwise(trailing=2), F.scaled_dot_product_attention)
+# the input's dim 0 is the module's batch: examples may hold items there (ops/lanes.py)
+_declare(Items(1), torch.conv1d, torch.conv_transpose1d, F.max_pool1d, F.max_pool1d_with_indices,
+         torch.max_pool1d, torch.max_pool1d_with_indices, F.avg_pool1d, torch.avg_pool1d,
+         F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d, F.adaptive_max_pool1d,
+         F.adaptive_max_pool1d_with_indices, torch.adaptive_max_pool1d)
+_declare(Items(2), torch.conv2d, torch.conv_transpose2d, F.max_pool2d, F.max_pool2d_with_indices,
+         torch.max_pool2d, torch._C._nn.max_pool2d_with_indices, F.avg_pool2d,
+         torch._C._nn.avg_pool2d, F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d,
+         F.adaptive_max_pool2d, F.adaptive_max_pool2d_with_indices,
+         torch._C._nn.adaptive_max_pool2d)
+_declare(Items(3), torch.conv3d)
+_declare(Items(), F.batch_norm, F.instance_norm, F.group_norm)
+_declare(Items("pad"), F.pad, torch._C._nn.pad)

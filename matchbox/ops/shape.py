@@ -150,7 +150,9 @@ def _permuted(x, perm, op):
     if perm == list(range(len(perm))):
         return x
     mask = None if x._mask is None else x._mask.permute(perm)
-    return new(x.padded_data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero)
+    sizes = None if x._sizes is None else {perm.index(d): n for d, n in x._sizes.items()}
+    return new(x.padded_data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero,
+               present=x._present, sizes=sizes)
 
 
 # ------------------------------------------------------------------ transpose / permute

@@ -229,3 +229,17 @@ def test_errors(f, exc, match):
     x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (1, 3)], (True, False))
     with pytest.raises(exc, match=match):
         f(x)
+
+
+@pytest.mark.parametrize("ks", [(2, 0, 3), (1, 1, 1), (3, 3, 3)])
+def test_index_select_a_vector_per_example(ks):
+    """index (k,) per example (k dynamic, 0 included), examples (n, c) with
+    no batch-of-one dim (the DyNet char tagger's rare words' letters)."""
+    g = torch.Generator().manual_seed(0)
+    ns = (4, 2, 5)
+    idx = MaskedBatch.fromlist([torch.randint(0, n, (k,), generator=g) for n, k in zip(ns, ks)],
+                               (True,), None)
+    x = MaskedBatch.fromlist([torch.randn(n, 1 + n % 3, generator=g, dtype=torch.float64)
+                              for n in ns], (True, True), None)
+    out = mb_test(lambda x, i: x.index_select(0, i), x, idx, dtype=torch.float64)
+    assert [tuple(e.shape) for e in out.examples()] == [(k, 1 + n % 3) for n, k in zip(ns, ks)]
