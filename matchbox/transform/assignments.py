@@ -111,9 +111,12 @@ class _Assignments(Pass):
         return templates.replace("x = value", origin, x=target, value=value)
 
     def _keyed(self, target):
-        """``name[key]`` on a local: a store that may take a per-example key."""
+        """A store that outlives the function or may take a per-example key,
+        so it goes through the runtime outside branches and loops too:
+        ``name[key]`` on a local, and ``obj.attr`` (in a function called for
+        some examples only, ``self.last = h`` changes theirs only)."""
         return isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) \
-            and target.value.id in self.local
+            and target.value.id in self.local or isinstance(target, gast.Attribute)
 
     def visit_Assign(self, node):
         if not self.depth:   # (a store into a local's item may meet a per-example key)

@@ -26,10 +26,12 @@ together after it:
             body
     h = loop.settle(h)          (one line per variable the body assigns)
 """
+import copy
+
 import gast
 
 from . import templates
-from .analysis import runtime_call, walk_scope
+from .analysis import assigned_names, runtime_call, walk_scope
 from .passes import Pass
 
 
@@ -121,14 +123,21 @@ class _Loops(Pass):
                     n.func = gast.Attribute(gast.Name(loop, gast.Load(), None, None), "append",
                                             gast.Load())
                     n.args[0] = lst
+        # the helpers it calls (self.spell, meter.update): one that changes state
+        # makes it run step by step (runtime/maps.py)
+        local = assigned_names(node.body) | assigned_names([node.target])
+        helpers = [copy.deepcopy(n.args[0]) for n in walk_scope(node.body)
+                   if runtime_call(n, rt, ("converted",)) and n.args
+                   and not {m.id for m in gast.walk(n.args[0]) if isinstance(m, gast.Name)} & local]
         out = templates.replace(
             """
-            with rt.map_loop(desc, limit, zipped, lambda: reads) as loop:
+            with rt.map_loop(desc, limit, zipped, lambda: reads, lambda: helpers) as loop:
                 for target in loop:
                     body
             """, node, rt=rt, desc=self._description("for", node),
             limit=templates.constant(self.ctx.max_iterations), zipped=templates.constant(zipped),
             reads=gast.Tuple([gast.Name(r, gast.Load(), None, None) for r in reads], gast.Load()),
+            helpers=gast.Tuple(helpers, gast.Load()),
             loop=loop, target=node.target, body=node.body)
         out[0].items[0].context_expr.args += args
         return out

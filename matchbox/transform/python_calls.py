@@ -101,12 +101,14 @@ class _Calls(Pass):
         return node
 
     def _helper(self, func):
-        """Is ``func`` a method of ``self``?"""
+        """Is ``func`` a method of ``self`` or of a local variable (a helper
+        object's, ``meter.update(v)``; a tensor's method passes through)?"""
         if isinstance(func, gast.Attribute):
             obj = func.value
             if runtime_call(obj, self.ctx.runtime, ("read",)) and obj.args:
                 obj = obj.args[0]   # (rt.read(self) in a branch or loop)
-            return isinstance(obj, gast.Name) and obj.id == self.self_name
+            return isinstance(obj, gast.Name) and (obj.id == self.self_name
+                                                   or obj.id in self.names)
         return False
 
     def _module(self, node):

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from ..._lanes import _ACTIVE
+from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from . import containers
 from .compaction import owned
@@ -225,5 +225,12 @@ def setattr_(owner, obj, name, value):
             setattr(obj, name, value)
         return
     old = getattr(obj, name, None)
+    if comp is None:
+        # a helper called in a compacted loop or gathered branch of another
+        # function: what it keeps on an object is the full batch's again
+        comp = _COMPACT.get()
+        if comp is None or not (type(value) is MaskedBatch and comp.compacted(value)
+                                and (old is None or comp.full(old))):
+            comp = None
     setattr(obj, name, _assign(old, value) if comp is None
             else _compacted_assign(comp, old, value, keep=False))

@@ -20,6 +20,7 @@ import torch
 
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
+from .converted import converted
 from .pyvalues import PerExample, Star, _has_per_example, batch_size, per_lane
 
 #: methods the rewrite routes here (a plain container's, with a
@@ -55,9 +56,11 @@ def _lanes_b(args, kwargs=None):
 
 def method(obj, name, *args, **kwargs):
     """``obj.name(*args, **kwargs)`` where ``obj`` may be a plain container
-    read (or changed, if shared) with per-example arguments."""
-    if type(obj) is not PerExample and (isinstance(obj, (torch.Tensor, MaskedBatch))
-                                        or not _per_example(args, kwargs)):
+    read (or changed, if shared) with per-example arguments; a method of
+    another object (``meter.update(v)``) runs as @batch rewrites it."""
+    if type(obj) is not PerExample and not isinstance(obj, _CONTAINERS):
+        return converted(getattr(obj, name))(*args, **kwargs)
+    if type(obj) is not PerExample and not _per_example(args, kwargs):
         return getattr(obj, name)(*args, **kwargs)
     return per_lane(_call_method, (obj, name) + args, kwargs)
 

@@ -59,3 +59,28 @@ def _convert(func):
             conv = False
     func.__dict__["__matchbox_auto__"] = conv
     return conv
+
+
+def may_change_state(f):
+    """Could calling ``f`` change state outside its arguments' values (a
+    store into ``self`` or into an object it gets, a global...)?  Read from
+    the source of a user function, method or module ``forward`` (kept on the
+    function); torch's own and builtins cannot, for this purpose."""
+    if isinstance(f, torch.nn.Module):
+        f = type(f).forward
+    f = getattr(f, "__func__", f)
+    if type(f) is not types.FunctionType:
+        return False
+    f = getattr(f, "__wrapped__", f) if getattr(f, "__matchbox_batched__", False) else f
+    found = f.__dict__.get("__matchbox_effects__")
+    if found is None:
+        found = False
+        if not os.path.abspath(f.__code__.co_filename).startswith(_SKIP):
+            from ..effects import effects
+            from ..parser import parse_function
+            try:
+                found = bool(effects(parse_function(f)[0]))
+            except Exception:   # no source: it may
+                found = True
+        f.__dict__["__matchbox_effects__"] = found
+    return found

@@ -26,6 +26,7 @@ from .compaction import MapCompaction, owned
 from .iterables import zip_
 from .lists import _append_owned
 from .loops import for_loop
+from .converted import may_change_state
 from .pyvalues import PerExample
 from .values import Mixed
 
@@ -39,14 +40,18 @@ MAX_COPY = 4
 
 
 class map_loop(for_loop):
-    """``with map_loop(desc, max, zipped, reads, *its) as loop: for t in loop: body``:
-    the loop over ``zip(*its)`` (``zipped``) or ``its[0]`` (see above);
-    ``reads()``: the values from before the loop that the body reads."""
+    """``with map_loop(desc, max, zipped, reads, helpers, *its) as loop: for t in loop:
+    body``: the loop over ``zip(*its)`` (``zipped``) or ``its[0]`` (see
+    above); ``reads()``: the values from before the loop that the body
+    reads; ``helpers()``: the functions and methods it calls (one that may
+    change state, ``self.count += 1`` in a helper, makes the loop run step
+    by step: a change per (example, step) pair is not a change per step)."""
 
-    def __init__(self, owner, description, max_iterations, zipped, reads, *iterables):
+    def __init__(self, owner, description, max_iterations, zipped, reads, helpers, *iterables):
         super().__init__(owner, zip_(*iterables) if zipped else iterables[0], None, description,
                          max_iterations)
         self.zipped, self.reads, self.iterables = zipped, reads, iterables
+        self.helpers = helpers
         self.map, self.running = None, False
 
     def __exit__(self, kind, error, tb):
@@ -109,6 +114,8 @@ class map_loop(for_loop):
         ranks (``Mixed``), which cannot be gathered."""
         try:
             reads = self.reads()
+            if any(may_change_state(f) for f in self.helpers()):
+                return False
         except NameError:  # (one not bound yet on this path)
             return False
         if any(type(v) is Mixed or type(v) is PerExample or type(v) is list and any(

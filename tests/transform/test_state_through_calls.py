@@ -1,0 +1,121 @@
+"""State changed through calls under @batch (issue 29, SPEC 4b): a method
+that sets ``self.last = h`` or counts ``self.count += 1``, a helper object
+with a counter (``meter.update(v)``), a helper appending to a list on
+``self``, called in a per-example loop or branch, change each example's
+own state, as each example run alone would.  (Before, the change was made
+once for the whole batch: every example got the longest one's count.)"""
+import pytest
+import torch
+import torch.nn as nn
+
+import matchbox
+import matchbox.functional as F
+from matchbox.test_utils import mb_test
+
+LENGTHS = ["mixed", "equal", "one"]
+D = torch.float64
+
+
+class Meter:
+    """A plain helper object, as a training script keeps one."""
+
+    def __init__(self):
+        self.total = 0.0
+        self.count = 0
+
+    def update(self, v):
+        self.total += v
+        self.count += 1
+
+    def mean(self):
+        return self.total / max(self.count, 1)
+
+
+class Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(3, 3)
+        self.history = []
+
+    def remember(self, h):
+        self.last = h
+        self.seen += 1
+
+    def log(self, h):
+        self.history.append(h)
+
+    @matchbox.batch
+    def forward(self, x):                             # x: (1, n, 3)
+        meter = Meter()
+        self.seen = 0
+        self.last = x.sum(1) * 0
+        self.history = []
+        for t in x.unbind(1):
+            h = torch.tanh(self.lin(t))
+            if h.sum() > -0.5:
+                self.remember(h)
+                self.log(h * 2)
+            meter.update(h.sum().item())
+        logged = F.stack(self.history, 1).sum(1) if self.history else x.sum(1) * 0
+        return self.last * meter.count + meter.total + self.seen + meter.mean() + logged
+
+
+class Speller(nn.Module):
+    """A loop whose steps share no state but for a helper that counts: it
+    must not run once over all (example, step) pairs."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.cell = nn.Linear(3, 3)
+
+    def embed(self, w):
+        self.calls += 1
+        return torch.tanh(self.cell(w))
+
+    @matchbox.batch
+    def forward(self, words):                         # words: (1, n, 3)
+        self.calls = 0
+        out = []
+        for w in words.unbind(1):
+            out.append(self.embed(w))
+        return F.stack(out, 1).sum(1) * self.calls
+
+
+class Rare(nn.Module):
+    """A branch few examples take, gathered on them, calling a helper that
+    keeps its result on self."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.lin = nn.Linear(3, 3)
+
+    def spell(self, x):
+        self.spelled = torch.tanh(self.lin(x))
+        return self.spelled
+
+    @matchbox.batch(compact=1.0)   # (gathered whenever some examples skip it)
+    def forward(self, x):                             # x: (1, 3)
+        self.spelled = x * 0
+        if x.sum() > 1.0:
+            e = self.spell(x)
+        else:
+            e = x * 2
+        return e + self.spelled
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_helpers_change_each_examples_state(lengths):
+    mb_test(Counting().double(), (5, (True, 4), (False, 3)), lengths=lengths, dtype=D)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_a_loop_calling_a_counting_helper_runs_step_by_step(lengths):
+    mb_test(Speller().double(), (5, (True, 4), (False, 3)), lengths=lengths, dtype=D)
+
+
+def test_a_gathered_branch_keeps_the_helpers_change():
+    torch.manual_seed(3)
+    mb_test(Rare().double(), (12, (False, 3)), dtype=D)
