@@ -39,11 +39,19 @@ _NO_HOST_VALUE = (
 )
 
 
+_IN_BATCH = (
+    "this value holds one per example, and here Python needs one value for the whole batch "
+    "(a comprehension's `if`, an `assert`, an argument of a function @batch does not "
+    "rewrite). Write the test as an if statement or a for loop, which run per example, or "
+    "reduce explicitly with .any() / .all()")
+
+
 def _unconverted_caller():
     """``(where, batch_fn)`` when the code that reads a Python value off a
     MaskedBatch runs inside a ``@batch`` call but was not rewritten by it
     (a helper function, library code): ``where`` names that code, and
-    ``batch_fn`` the @batch function that called it; else None."""
+    ``batch_fn`` the @batch function that called it; ``(None, batch_fn)``
+    when it is the rewritten code itself; else None."""
     api = sys.modules.get("matchbox.transform.api")
     if api is None:
         return None
@@ -53,7 +61,7 @@ def _unconverted_caller():
         code = frame.f_code
         if code in api.CONVERTED_CODES:
             if user is None:
-                return None  # the rewritten code itself (e.g. x.tolist())
+                return None, code.co_name  # the rewritten code itself
             return f"{user.co_name} ({user.co_filename}:{user_line})", code.co_name
         if user is None and not code.co_filename.startswith(_PACKAGE_DIR):
             user, user_line = code, frame.f_lineno
@@ -64,11 +72,20 @@ def _unconverted_caller():
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]
 
 
+def batch_advice(outside, inside):
+    """Advice for an error: ``outside`` (which may name @matchbox.batch)
+    where the code runs in no @batch call, ``inside`` where it runs in one
+    (no advice to add @batch where it is already there)."""
+    return outside if _unconverted_caller() is None else inside
+
+
 def _host_value_error(what):
     """The message for ``what`` (a read of one Python value) on a MaskedBatch."""
     where = _unconverted_caller()
     if where is None:
         return f"{what}: " + _NO_HOST_VALUE
+    if where[0] is None:
+        return f"{what} in @batch function {where[1]}: " + _IN_BATCH
     return (f"{what} in {where[0]}: that code runs inside @batch function {where[1]} but "
             f"@batch did not rewrite it, so it cannot read each example's own value; "
             f"decorate it with @matchbox.batch too (then .item(), int(), float(), bool(), "
@@ -187,10 +204,10 @@ def absent_examples(x):
 
 _NO_VALUE_WHY = (
     "it was computed in a step those examples do not have (e.g. a loop over x.unbind(d), "
-    "x.unbind(d)[i] or sum(x.unbind(d)) outside @matchbox.batch, where the last step is not "
-    "every example's last), or MaskedBatch(data, mask, dims) was given a mask that marks "
-    "none of their entries real with only static dims (with a dynamic dim, such an example "
-    "is one of length 0, which holds a value)")
+    "x.unbind(d)[i] or sum(x.unbind(d)) in code that runs the steps of the longest example "
+    "for all, where the last step is not every example's last), or MaskedBatch(data, mask, "
+    "dims) was given a mask that marks none of their entries real with only static dims (with "
+    "a dynamic dim, such an example is one of length 0, which holds a value)")
 
 
 def refuse_absent(x, what):
@@ -208,9 +225,10 @@ def refuse_absent(x, what):
     if bool(absent.any()):
         raise ValueError(
             f"{what}: examples {absent.nonzero().flatten().tolist()} of this batch hold no "
-            f"value, so they would be left out silently: {_NO_VALUE_WHY}. Put the per-example "
-            f"loop under @matchbox.batch, or index per example: x[:, -1] is each example's "
-            f"own last step")
+            f"value, so they would be left out silently: {_NO_VALUE_WHY}. "
+            + batch_advice("Put the per-example loop under @matchbox.batch, or index",
+                           "Write the loop as a for statement @batch rewrites, or index")
+            + " per example: x[:, -1] is each example's own last step")
 
 
 class _CutDormant(torch.autograd.Function):
@@ -383,7 +401,7 @@ class MaskedBatch:
         batch's layout) that every example takes."""
         if _lanes.active_lanes() is not None:
             raise NotImplementedError(
-                "x.data = ... inside per-example control flow under @matchbox.batch would "
+                "x.data = ... inside per-example control flow (a branch or loop) would "
                 "replace the values of every example, active or not; assign the variable "
                 "instead (x = ...)")
         if isinstance(value, MaskedBatch):
@@ -646,7 +664,9 @@ class MaskedBatch:
             raise ValueError(
                 "len(x): dimension 0 is dynamic (its size differs between examples), so it has "
                 "no single int size; use size_as_tensor(0) for per-example sizes or maxsize(0) "
-                "for the padded size (under @matchbox.batch, len(x) is each example's own)")
+                "for the padded size" + batch_advice(
+                    " (under @matchbox.batch, len(x) is each example's own)",
+                    " (in code @batch rewrites, len(x) is each example's own)"))
         return n
 
     def __hash__(self):
@@ -680,6 +700,12 @@ class MaskedBatch:
 
     def __iter__(self):
         where = _unconverted_caller()
+        if where is not None and where[0] is None:
+            raise TypeError(
+                f"iterating over a MaskedBatch in @batch function {where[1]} where Python walks "
+                f"one sequence for the whole batch (a comprehension, an unpacking): write a for "
+                f"loop, which walks each example's own items, or iterate over a dimension "
+                f"explicitly, e.g. `for x_t in x.unbind(1)`")
         if where is not None:
             raise TypeError(
                 f"iterating over a MaskedBatch in {where[0]}, which @batch function {where[1]} "
@@ -818,8 +844,10 @@ class MaskedBatch:
         if missing is not None and bool(missing.any()):
             raise ValueError(
                 f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
-                f"value: {_NO_VALUE_WHY}. Put the per-example loop under @matchbox.batch, or "
-                f"index per example: x[:, i] (negative i counts from each example's own end)")
+                f"value: {_NO_VALUE_WHY}. "
+                + batch_advice("Put the per-example loop under @matchbox.batch, or index",
+                               "Write the loop as a for statement @batch rewrites, or index")
+                + " per example: x[:, i] (negative i counts from each example's own end)")
         if self._mask is None or not dyn:  # (split of no rows gives one empty part)
             rows = self.padded_data.split(1, 0) if self.batch_size else ()
             return [storage_to_example(e, self._bdim) for e in rows]

@@ -17,8 +17,8 @@ import math
 import torch
 
 from .._lanes import batch_size_hint
-from ..core import (RULES, MaskedBatch, dispatch, empty_present, empty_sizes, real_mask, uncut,
-                    with_lanes)
+from ..core import (RULES, MaskedBatch, batch_advice, dispatch, empty_present, empty_sizes,
+                    real_mask, uncut, with_lanes)
 
 __all__ = [
     "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
@@ -539,8 +539,8 @@ def keep_presence(out, args, kwargs, func):
                 f"{func_name(func)}: example {k[0]} is empty (length 0) along a dynamic "
                 f"dimension of one operand but not along another dynamic dimension, and matchbox "
                 f"cannot tell the sizes of its result, which has several dynamic dimensions. "
-                f"Guard the empty examples with a per-example `if` under @matchbox.batch, or "
-                f"leave them out of the batch"),
+                f"Guard the empty examples with a per-example `if`"
+                + batch_advice(" under @matchbox.batch", "") + ", or leave them out of the batch"),
                 f"{func_name(func)}: an empty example's result sizes are unknown")
     return out
 

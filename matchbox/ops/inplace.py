@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from .._lanes import active_lanes
-from ..core import absent_examples, dispatch
+from ..core import absent_examples, batch_advice, dispatch
 from ._registry import (RULES, align, fail_if, func_name, is_mb, new, register_distinct,
                         tensor_methods)
 from .indexing import put
@@ -111,8 +111,10 @@ def _no_absent_operands(x, operands, lanes, op):
         fail_if(gone, lambda k: ValueError(
             f"{op}: an operand holds no value for example {k[0]} (it was computed in a step "
             f"that example does not have, e.g. x.unbind(d)[t] past its length), so the batch "
-            f"written in place would keep a value made of padding for it. Put the loop under "
-            f"@matchbox.batch, or write it out of place (h = h + x_t)"),
+            f"written in place would keep a value made of padding for it. "
+            + batch_advice("Put the loop under @matchbox.batch, or write",
+                           "Write the loop as a for statement @batch rewrites, or write")
+            + " it out of place (h = h + x_t)"),
             f"{op}: an operand holds no value for some example")
 
 
@@ -211,7 +213,7 @@ def _restrided(outplace, name, short):
             raise NotImplementedError(f"{name}: the target must be a MaskedBatch")
         if active_lanes() is not None:
             raise NotImplementedError(
-                f"{name} inside per-example control flow under @matchbox.batch would give the "
+                f"{name} inside per-example control flow (a branch or loop) would give the "
                 f"examples that run it another shape than the others hold; write it out of "
                 f"place, x = x.{short}(...)")
         out = RULES[outplace](self, *args, **kwargs)
@@ -360,7 +362,7 @@ def detach_(self):
         raise NotImplementedError("detach_: the target must be a MaskedBatch")
     if active_lanes() is not None:
         raise NotImplementedError(
-            "detach_() inside per-example control flow under @matchbox.batch would detach "
+            "detach_() inside per-example control flow (a branch or loop) would detach "
             "every example, active or not; write x = x.detach() there")
     self.padded_data.detach_()
     return self

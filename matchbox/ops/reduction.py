@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..core import derived, mask_from_lengths
+from ..core import batch_advice, derived, mask_from_lengths
 from ._registry import (is_mb, lengths_presence, neutralize, new, norm_dim, real_mask, register,
                         register_distinct)
 
@@ -138,7 +138,8 @@ class _Reduction:
                 f"{self.op}: examples {self.empty.nonzero().flatten().tolist()} have length 0 "
                 f"along the reduced dimension {list(self.ds)}, and {self.op} of an empty "
                 f"tensor has no value (torch raises for one example too); guard it, e.g. "
-                f"with a per-example `if` under @matchbox.batch, or use amax with a default")
+                f"with a per-example `if`" + batch_advice(" under @matchbox.batch", "")
+                + ", or use amax with a default")
 
     def nan_where_empty(self, v):
         """``v`` with NaN for the examples that are empty along the reduced

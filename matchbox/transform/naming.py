@@ -10,6 +10,7 @@ class Namer:
         self.used = {n.id for n in gast.walk(tree) if isinstance(n, gast.Name)}
         self.used |= {n.name for n in gast.walk(tree)
                       if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef))}
+        self.generated = set()   # (the names new() handed out: the rewrite's own variables)
 
     def new(self, base):
         name, i = base, 1
@@ -17,4 +18,5 @@ class Namer:
             i += 1
             name = f"{base}{i}"
         self.used.add(name)
+        self.generated.add(name)
         return name

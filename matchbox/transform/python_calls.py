@@ -23,6 +23,7 @@ routed; calls of other functions, methods and modules are left alone
 import builtins
 
 import gast
+import torch
 
 from . import templates
 from .analysis import local_names, runtime_call
@@ -107,8 +108,10 @@ class _Calls(Pass):
             obj = func.value
             if runtime_call(obj, self.ctx.runtime, ("read",)) and obj.args:
                 obj = obj.args[0]   # (rt.read(self) in a branch or loop)
-            return isinstance(obj, gast.Name) and (obj.id == self.self_name
-                                                   or obj.id in self.names)
+            # (h.sum(): a tensor's method; child_calls.defer: the rewrite's own object)
+            return isinstance(obj, gast.Name) and (obj.id == self.self_name or (
+                obj.id in self.names and obj.id not in self.ctx.namer.generated
+                and not hasattr(torch.Tensor, func.attr)))
         return False
 
     def _module(self, node):

@@ -14,7 +14,10 @@ other binding forms (``no_grad`` blocks, walrus in ``if`` and ``while``
 tests, dict and list item
 stores, append and extend, a pure nested function, returns of another
 per-example rank, losses with each reduction accumulated, size reads in
-arithmetic, softmax with no dim on each placement), and checks each
+arithmetic, softmax with no dim on each placement), per-example Python
+values (a string built and tested, a dict of counts made in the function,
+a helper object changed through its method, builtins, ``math``, ``%``,
+f-strings and ``in`` on per-example numbers), and checks each
 batched run against per-example runs (values and gradients) with
 ``mb_test``.  A few programs hold a construct
 that ``@batch`` must refuse at decoration (``try``/``except``, a nested
@@ -28,6 +31,7 @@ the same branch in the batched and in the per-example run.
 """
 import argparse
 import linecache
+import math
 import random
 import re
 import sys
@@ -127,6 +131,8 @@ class ProgramGenerator:
             return self.reshaped(depth, loop, indent)
         if depth and self.rng.random() < 0.12:
             return self.binding_form(indent)
+        if depth and self.rng.random() < 0.12:
+            return self.python_value(indent)
         r = self.rng.random()
         if depth >= self.max_depth:
             r = self.rng.random() * 0.45
@@ -247,6 +253,39 @@ class ProgramGenerator:
             return [f"{pad}{f} = half({g}) * 1.0"]
         return [f"{pad}if {self.cond()}:", f"{pad}    return ({self.value()}).sum(1) + k"]
 
+    # ------------------------------------------------ per-example Python values
+    # (issue 29) a string ``tag`` and a dict ``counts`` made in the function,
+    # a helper object ``tally`` whose method changes it, and builtins, math,
+    # str, f-strings and ``in`` on per-example numbers, in loops and branches
+    PY_PRELUDE = ["    tag = 'w'", "    counts = {}", "    tally = Tally()"]
+    PY_RESULT = "            + len(tag) * 0.25 + len(counts) * 0.5 + tally.n * 0.125 + tally.total"
+
+    def python_value(self, indent):
+        """A statement on per-example Python values (all exact: ints,
+        strings, dicts, sums of floats the tensors hold)."""
+        pad = "    " * indent
+        f = self.rng.choice(FLOATS)
+        kind = self.rng.randrange(10)
+        if kind == 0:
+            return [f"{pad}tag = tag + str(k % 3)"]
+        if kind == 1:
+            return [f"{pad}tag = f\"{{tag}}{{int({f}.sum().item() > 0)}}\""]
+        if kind == 2:
+            return [f"{pad}if tag.endswith('1') or len(tag) > 3:", f"{pad}    {f} = {f} + 0.5"]
+        if kind == 3:
+            return [f"{pad}counts[k % 3] = counts.get(k % 3, 0) + 1"]
+        if kind == 4:
+            return [f"{pad}counts[tag[-1]] = len(tag)"]
+        if kind == 5:
+            return [f"{pad}tally.add({f}.sum().item())"]
+        if kind == 6:
+            return [f"{pad}k = min(max(k, n.item()), 4) + abs(k - 2) // 2"]
+        if kind == 7:
+            return [f"{pad}if (k % 3) in counts and '%d' % k != '1':", f"{pad}    {f} = {f} * 0.5"]
+        if kind == 8:
+            return [f"{pad}for ch in tag[-2:]:", f"{pad}    {f} = {f} + (0.25 if ch == '1' else 0.125)"]
+        return [f"{pad}{f} = {f} + math.floor(math.sqrt(k)) * 0.5 + round(k / 2) * 0.25"]
+
     def generate(self, name="prog"):
         lines = [f"def {name}(x, y, n, s):", "    a = x * 1.0", "    b = y + 0.5", "    c = x - y",
                  "    k = 0", "    r = x * 1.0", "    v = x * 0.0", "    d = {'k': y * 1.0}",
@@ -257,10 +296,23 @@ class ProgramGenerator:
             lines += ["    try:", "        b = b * 1.0", "    except ValueError:", "        b = b * 2.0"]
         elif refused < 0.06:   # refused: a nested function that changes lst
             lines += ["    def put(u):", "        lst.append(u)", "    put(a * 1.0)"]
+        lines += self.PY_PRELUDE
         lines += self.block(0, False, 1)
         lines += ["    return (a + b * c + k + r * 0.5 + v + d['k'] + acc[0] * acc[1]",
-                  "            + F.stack(lst, 1).sum(1) + L)"]
+                  "            + F.stack(lst, 1).sum(1) + L", self.PY_RESULT + ")"]
         return "\n".join(lines) + "\n"
+
+
+class Tally:
+    """A helper object the programs change through a method (``tally.add(v)``)."""
+
+    def __init__(self):
+        self.n = 0
+        self.total = 0.0
+
+    def add(self, v):
+        self.n += 1
+        self.total += v
 
 
 _COUNTER = [0]
@@ -273,7 +325,7 @@ def compile_program(source, name="prog", flag=True, compact=None):
     _COUNTER[0] += 1
     filename = f"<matchbox-fuzz-{_COUNTER[0]}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    ns = {"torch": torch, "F": F, "FLAG": flag}
+    ns = {"torch": torch, "F": F, "FLAG": flag, "math": math, "Tally": Tally}
     exec(compile(source, filename, "exec"), ns)
     plain = ns[name]
     return plain, matchbox.batch(plain, max_iterations=100, compact=compact)

@@ -27,7 +27,7 @@ class Meter:
         self.total += v
         self.count += 1
 
-    def mean(self):
+    def average(self):
         return self.total / max(self.count, 1)
 
 
@@ -58,7 +58,7 @@ class Counting(nn.Module):
                 self.log(h * 2)
             meter.update(h.sum().item())
         logged = F.stack(self.history, 1).sum(1) if self.history else x.sum(1) * 0
-        return self.last * meter.count + meter.total + self.seen + meter.mean() + logged
+        return self.last * meter.count + meter.total + self.seen + meter.average() + logged
 
 
 class Speller(nn.Module):
@@ -119,3 +119,27 @@ def test_a_loop_calling_a_counting_helper_runs_step_by_step(lengths):
 def test_a_gathered_branch_keeps_the_helpers_change():
     torch.manual_seed(3)
     mb_test(Rare().double(), (12, (False, 3)), dtype=D)
+
+
+@matchbox.batch(compact=1.0)   # (each loop runs on its live lanes only, as soon as one leaves)
+def tallied(x, s):                               # x: (1, 3), s: (1, n, 3)
+    meter = Meter()
+    a = x * 1.0
+    for t in s.unbind(1):
+        a = a + t * 0.5
+        meter.update(a.sum().item())           # reads meter.total of every example
+    w = 0
+    while w < 3 and a.sum() < 2.0:
+        w += 1
+        a = a + 0.5
+        if a.sum() > 0:
+            meter.update(1.0)
+    return a * meter.count + meter.total
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_a_compacted_loop_calling_a_counting_helper(lengths):
+    """The helper runs at the full batch under the loop's live lanes:
+    before, its ``self.total += v`` met a full-batch total with the live
+    lanes' v (ValueError), and ``self.count += 1`` counted every example."""
+    mb_test(tallied, (6, (False, 3)), (6, (True, 4), (False, 3)), lengths=lengths, dtype=D)

@@ -10,6 +10,10 @@ Python value (or a plain Tensor at batch size one); only a
 One concern per module, each importing only those listed before it (no
 module imports one that imports it back; tests/transform/test_runtime_layers.py):
 
+- :mod:`.lanerefs`: ``LaneRef`` (one example's row of a batch, gathered
+  back with ``gather``); :mod:`.pyvalues`: ``PerExample`` (one Python value
+  per example), ``lift``; :mod:`.perlane`: ``per_lane`` (code run for each
+  example on its own values), PerExample's operators
 - :mod:`.select`: per-lane ``select``; :mod:`.values`: ``Undefined``,
   ``Mixed``, ``returned``; :mod:`.regions`: how nested lanes lie within
   each other; :mod:`.update`: the masked update of a variable
@@ -30,6 +34,11 @@ module imports one that imports it back; tests/transform/test_runtime_layers.py)
   (a ``for`` whose iterations share no state, run once on every step)
 - :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls), ``recursive``
   (a recursive call left plain), ``SiblingLoop``
+- per-example Python values (SPEC 4b): :mod:`.pyslices` (items and slices
+  with per-example keys), :mod:`.converted` (helper methods rewritten on
+  their first call), :mod:`.containers` (``method``, ``mutate``: dicts and
+  sets per example), :mod:`.pycalls` (``call``, ``contains``, ``is_``,
+  ``comprehension``, ``mapped``, ``host``, ``and_value``, ``or_value``)
 
 Each rewritten function calls its own runtime object
 (:func:`function_runtime`, bound to its ``_mb``): a loop or branch that runs
@@ -53,7 +62,8 @@ from .lists import append, extend, insert
 from .loops import for_loop, while_loop
 from .maps import map_loop
 from .pycalls import and_value, call, comprehension, contains, host, is_, mapped, or_value
-from .pyvalues import PerExample, Star
+from .perlane import Star
+from .pyvalues import PerExample
 from .scalars import bool_, float_, int_, item, len_, shape, size
 from .select import select
 from .tensor_checks import isinstance_, tensor_call

@@ -107,7 +107,7 @@ _AUG = {"+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub)
 
 def aug_assign(owner, old, op, value, in_place=True):
     """``old op= value``: in place (plain Python) when every lane is
-    active, else a masked out-of-place update.  ``in_place=False``: the
+    active (but for a MaskedBatch), else a masked out-of-place update.  ``in_place=False``: the
     update of an item (``buf[k] += v``) that ``setitem`` then stores, out
     of place for a Tensor (a plain Tensor's item may take a per-example
     value)."""
@@ -119,8 +119,11 @@ def aug_assign(owner, old, op, value, in_place=True):
     if comp is not None:
         return _compacted_assign(comp, old, outplace(_read(comp.take(old)), value))
     if _ACTIVE.get() is None:
-        return inplace(old, value) if in_place or not isinstance(old, torch.Tensor) \
-            else outplace(old, value)
+        # (a batch out of place: a read of it in a branch before is a view of it,
+        # which a change in place would invalidate for autograd)
+        if type(old) is MaskedBatch or not in_place and isinstance(old, torch.Tensor):
+            return outplace(old, value)
+        return inplace(old, value)
     return _assign(old, outplace(_read(old), value))
 
 
@@ -134,7 +137,8 @@ def setitem(obj, key, value, name=None, own=False, fresh=False):
     nothing else hold it, transform/buffers.py) takes the store as one copy
     per example (``_own_copies``).  A per-example key: see
     ``containers.setitem`` (``fresh``: a container the function made)."""
-    if type(obj) is PerExample or type(key) in (PerExample, MaskedBatch) \
+    if type(obj) is PerExample or (type(key) in (PerExample, MaskedBatch)
+                                   or fresh and _ACTIVE.get() is not None) \
             and not isinstance(obj, (torch.Tensor, MaskedBatch)):
         out = containers.setitem(obj, key, value, fresh)
         if out is not None:

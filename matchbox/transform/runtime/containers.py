@@ -21,7 +21,8 @@ import torch
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .converted import converted
-from .pyvalues import PerExample, Star, _has_per_example, batch_size, per_lane
+from .perlane import Star, _has_per_example, batch_size, per_lane
+from .pyvalues import PerExample
 
 #: methods the rewrite routes here (a plain container's, with a
 #: per-example argument, runs per example), and those that change it
@@ -83,14 +84,18 @@ def mutate(obj, name, own, *args, **kwargs):
 
 
 def setitem(obj, key, value, own):
-    """``obj[key] = value`` into a Python container with a per-example key
-    (or into a PerExample): the object the variable holds after it (None:
-    not for this module, the caller stores as for any key)."""
+    """``obj[key] = value`` into a Python container with a per-example key,
+    a new key of a container of the function's own stored by some examples
+    only, or into a PerExample: the object the variable holds after it
+    (None: not for this module, the caller stores as for any key)."""
     if type(obj) is PerExample:
         obj[key] = value
         return obj
-    if not isinstance(obj, _CONTAINERS) or not _per_example((key,)):
+    if not isinstance(obj, _CONTAINERS):
         return None
+    if not _per_example((key,)):
+        if not (own and _ACTIVE.get() is not None and type(obj) is not list and key not in obj):
+            return None   # (an item every example has: the masked update of it)
     if own:
         B = _lanes_b((key, value))
         obj = _copies(obj, B)

@@ -19,6 +19,8 @@ import types
 
 import torch
 
+from ..._lanes import _ACTIVE, _COMPACT
+
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _SKIP = tuple(os.path.join(os.path.abspath(p), "") for p in {
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
@@ -36,13 +38,42 @@ def converted(f):
         conv = func.__dict__.get("__matchbox_auto__")
         if conv is None:
             conv = _convert(func)
-        return f if conv is False else types.MethodType(conv, f.__self__)
+        return f if conv is False else _in_compaction(types.MethodType(conv, f.__self__), func)
     if t is types.FunctionType:
         conv = f.__dict__.get("__matchbox_auto__")
         if conv is None:
             conv = _convert(f)
-        return f if conv is False else conv
+        return f if conv is False else _in_compaction(conv, f)
     return f
+
+
+def _in_compaction(conv, func):
+    """``conv`` as called in a compacted loop or gathered branch of the
+    calling function: one that may change state (``meter.update(v)``,
+    ``self.count += 1``) runs at the full batch under the live lanes (its
+    compacted arguments expanded, its result taken back), so what it keeps
+    on an object is every example's, as it is where no lanes were gathered."""
+    comp = _COMPACT.get()
+    if comp is None or not may_change_state(func):
+        return conv
+
+    def at_full_batch(*args, **kwargs):
+        args = [_expanded(comp, a) for a in args]
+        kwargs = {k: _expanded(comp, v) for k, v in kwargs.items()}
+        active, compact = _ACTIVE.set(comp.lanes(_ACTIVE.get())), _COMPACT.set(None)
+        try:
+            out = conv(*args, **kwargs)
+        finally:
+            _COMPACT.reset(compact)
+            _ACTIVE.reset(active)
+        return comp.take(out)
+    return at_full_batch
+
+
+def _expanded(comp, x):
+    if type(x) is tuple:
+        return tuple(_expanded(comp, v) for v in x)
+    return comp.expand(x) if comp.compacted(x) else x
 
 
 def _convert(func):

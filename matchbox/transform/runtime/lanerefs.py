@@ -234,3 +234,32 @@ def stack(tensors, B):
     # depends on the batch, and the layout must not
     dims = tuple(len({t.size(i) for t in ts}) > 1 for i in range(fill.dim()))
     return MaskedBatch.fromlist(ts, dims, None)
+
+
+def gather_grid(values, lens, n):
+    """``k -> item k`` of the lanes' lists ``values`` (``lens``: their
+    lengths, ``n`` the longest) of LaneRefs, gathered in one
+    ``index_select`` for all of them (None: not all LaneRefs)."""
+    if not all(type(r) is LaneRef for v, m in zip(values, lens) if m for r in v):
+        return None
+    B = len(values)
+    srcs, order = {}, []
+    for v, m in zip(values, lens):
+        for r in (v if m else ()):
+            if id(r.batch) not in srcs:
+                srcs[id(r.batch)] = len(order)
+                order.append(r.batch)
+    offsets = [0]
+    for src in order[:-1]:
+        offsets.append(offsets[-1] + src._data.size(0))
+    both = order[0] if len(order) == 1 else common(order)
+    idx = [offsets[srcs[id(v[k].batch)]] + v[k].row if k < m else 0
+           for v, m in zip(values, lens) for k in range(n)]
+    rows = both.padded_data.index_select(0, torch.tensor(idx, device=both._data.device))
+    rows = rows.view((B, n) + rows.shape[1:]).unbind(1)   # (one backward node for all)
+    mask = both._mask if any(both.dims) else None
+    if mask is not None:
+        mask = mask.expand((both._data.size(0),) + mask.shape[1:]).index_select(
+            0, torch.tensor(idx, device=mask.device)).view((B, n) + mask.shape[1:]).unbind(1)
+    return lambda k: _new(rows[k], None if mask is None else mask[k], both.dims,
+                          bdim=both._bdim)

@@ -31,8 +31,8 @@ from .select import select
 from .iterables import LaneIterable
 from .lists import _append_owned
 from .loops import for_loop
-from .pyvalues import PerExample, Star, _has_per_example, _is_lane_list, is_number_batch, \
-    per_lane
+from .perlane import Star, _has_per_example, _is_lane_list, per_lane
+from .pyvalues import PerExample, is_number_batch
 
 _NATIVE = {builtins.abs, builtins.sum, builtins.pow}
 

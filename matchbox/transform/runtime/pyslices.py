@@ -9,7 +9,8 @@ import operator
 import torch
 
 from ...core import MaskedBatch, storage_dim
-from .pyvalues import PerExample, is_number_batch, per_lane
+from .perlane import per_lane
+from .pyvalues import PerExample, is_number_batch
 
 _new = MaskedBatch._new
 _KEYED = (dict, str, tuple, range, bytes)

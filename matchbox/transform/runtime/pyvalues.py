@@ -6,11 +6,11 @@ value per example, ``scalars.py``); tensors are MaskedBatches.  Anything
 else (strings, containers, objects, None) is a :class:`PerExample`: one
 Python object per example (lane).  Whatever code does with one (an
 operator, an attribute, a method call, an item) runs for each active
-example on its own value (``per_lane``), and the results are put together
-again by ``lift``:
+example on its own value (``perlane.py``, which installs those operations),
+and the results are put together again by ``lift``:
 
-- a result the same in every active example stays one plain value (an
-  immutable one equal in all, or one object): it costs nothing then;
+- a result the same in every active example stays one plain value (a
+  number, None, a function, a module): it costs nothing then;
 - numbers become a per-example scalar, so tensor code takes them;
 - tensors (the examples' own rows, ``LaneRef``) become a MaskedBatch
   again: gathered, one ``index_select`` per source (``lanerefs.py``);
@@ -27,10 +27,11 @@ import types
 
 import torch
 
-from ..._lanes import _ACTIVE, _COMPACT
+from ..._lanes import _ACTIVE
 from ... import core as _core
 from ...core import MaskedBatch
-from .lanerefs import LaneRef, common, gather, stack
+from ...ops._registry import func_name
+from .lanerefs import LaneRef, gather, gather_grid, stack
 
 _new = MaskedBatch._new
 
@@ -85,33 +86,8 @@ class PerExample:
         got = [getattr(vals[b], name) for b in (range(len(vals)) if rows is None else rows)]
         method = _batched_method(got)
         if method is not None:   # the same @batch method of every example's object
-            import types
             return types.MethodType(method, self)
         return lift(_spread(got, rows, len(vals)), rows)
-
-    def __setattr__(self, name, value):
-        for obj, v in _stores(self, value):
-            setattr(obj, name, v)
-
-    def __delattr__(self, name):
-        for obj, _ in _stores(self, None):
-            delattr(obj, name)
-
-    def __getitem__(self, key):
-        return per_lane(_getitem, (self, key))
-
-    def __setitem__(self, key, value):
-        per_lane(_setitem, (self, key, value))
-
-    def __delitem__(self, key):
-        per_lane(_delitem, (self, key))
-
-    def __call__(self, *args, **kwargs):
-        return per_lane(_call, (self,) + args, kwargs)
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return per_lane(func, args, kwargs or {})
 
     # ------------------------------------------------------------ no single value
     def _one(self, what):
@@ -188,7 +164,6 @@ class PerExample:
         active example (a MaskedBatch), else a TypeError naming the op."""
         out = lift(self._mb_values, lane_rows(len(self._mb_values)))
         if type(out) is PerExample:
-            from ...ops._registry import func_name
             kinds = sorted({type(v).__name__ for v in self._mb_values if v is not GAP})
             raise TypeError(
                 f"{func_name(func) if func is not None else 'a tensor op'} got a per-example "
@@ -209,57 +184,9 @@ class PerExample:
         return PerExample([v[b] for b in idx])
 
 
-def _binary(op):
-    def f(self, other):
-        return per_lane(op, (self, other))
-
-    def r(self, other):
-        return per_lane(op, (other, self))
-    return f, r
-
-
-def _unary(op):
-    def f(self, *args):
-        return per_lane(op, (self,) + args)
-    return f
-
-
-def _install_operators():
-    import math
-    import operator as o
-    for name in ("add sub mul truediv floordiv mod pow matmul and or xor lshift "
-                 "rshift").split():
-        op = getattr(o, name + "_" if name in ("and", "or") else name)
-        f, r = _binary(op)
-        setattr(PerExample, f"__{name}__", f)
-        setattr(PerExample, f"__r{name}__", r)
-    for name in ("eq ne lt le gt ge").split():
-        setattr(PerExample, f"__{name}__", _binary(getattr(o, name))[0])
-    for name, op in (("neg", o.neg), ("pos", o.pos), ("abs", abs), ("invert", o.invert),
-                     ("round", round), ("trunc", math.trunc), ("floor", math.floor),
-                     ("ceil", math.ceil), ("reversed", lambda v: list(reversed(v)))):
-        setattr(PerExample, f"__{name}__", _unary(op))
-
-
 def _preview(values, n=3):
     head = ", ".join(repr(v) for v in values[:n])
     return f"[{head}{', ...' if len(values) > n else ''}]"
-
-
-def _getitem(obj, key):
-    return obj[key]
-
-
-def _setitem(obj, key, value):
-    obj[key] = value
-
-
-def _delitem(obj, key):
-    del obj[key]
-
-
-def _call(f, *args, **kwargs):
-    return f(*args, **kwargs)
 
 
 def _batched_method(got):
@@ -271,102 +198,6 @@ def _batched_method(got):
     return f if all(getattr(g, "__func__", None) is f for g in got) else None
 
 
-def _stores(target, value):
-    """``(object, value)`` for each active example of PerExample ``target``;
-    two examples that hold the same object cannot each store their own value."""
-    B = len(target._mb_values)
-    rows = lane_rows(B)
-    lanes = range(B) if rows is None else rows
-    objs = [target._mb_values[b] for b in lanes]
-    col = split(_batch_of_tensors(value, B), B)
-    if type(col) is not _Repeat and len({id(o) for o in objs}) < len(objs):
-        raise ValueError(
-            "two examples hold the same object, so a store into it cannot keep each "
-            "example's own value (the second would overwrite the first); give each example "
-            "an object of its own (copy.deepcopy)")
-    return [(o, col[b]) for o, b in zip(objs, lanes)]
-
-
-def _batch_of_tensors(value, B):
-    """``value`` to store for every example, a plain Tensor (one value for
-    all, e.g. made from a number every example agrees on) as a batch of it
-    (expanded, no copy), so the examples' stored values read back as rows."""
-    if type(value) is tuple:
-        return tuple(_batch_of_tensors(v, B) for v in value)
-    if type(value) is not torch.Tensor:
-        return value
-    if value.dim() and value.size(0) == 1:   # (a leading 1: each example's batch-of-one dim)
-        return _new(value.expand((B,) + value.shape[1:]), None, (False,) * (value.dim() - 1))
-    return _new(value.unsqueeze(0).expand((B,) + value.shape), None, (False,) * value.dim(),
-                bdim=None)
-
-
-# ------------------------------------------------------------------ splitting per lane
-class _Repeat:
-    """The same value in every lane."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-    def __getitem__(self, b):
-        return self.value
-
-
-class _Refs:
-    """Each lane's row of a MaskedBatch."""
-
-    __slots__ = ("batch",)
-
-    def __init__(self, batch):
-        self.batch = batch
-
-    def __getitem__(self, b):
-        return LaneRef(self.batch, b)
-
-
-class Star:
-    """``*value`` in a call made per example: each example's items."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-
-def _numbers(x):
-    """Each example's Python number of a per-example scalar."""
-    values = x._data.tolist()
-    if x._mask is not None:
-        held = x._mask.reshape(-1).tolist()
-        values = [v if h else GAP for v, h in zip(values, held)]
-    return values
-
-
-def split(x, B):
-    """``x`` as each lane sees it: an object indexable by lane."""
-    t = type(x)
-    if t is PerExample:
-        return x._mb_values
-    if t is MaskedBatch:
-        if x._data.size(0) != B:
-            raise ValueError(f"a per-example value of {x._data.size(0)} examples meets one of {B}")
-        return _numbers(x) if is_number_batch(x) else _Refs(x)
-    if (t is list or t is tuple) and _has_per_example(x):
-        return _lane_lists(x, B) if t is list else _lanes_of(x, B, t)
-    if t is Star:
-        return split(x.value, B)
-    if t is slice and _has_per_example((x.start, x.stop, x.step)):
-        return [slice(*v) for v in _lanes_of((x.start, x.stop, x.step), B, tuple)]
-    return _Repeat(x)
-
-
-def _is_lane_list(lst):
-    """Is ``lst`` a per-example list (its items held by some examples only)?"""
-    return any(getattr(v, "_listed", None) is not None for v in lst[-1:])
-
-
 def held_by(item):
     """The lanes (bool ``(B,)``) that hold ``item`` of a per-example list or
     of ``x.unbind(d)``'s steps (None: every lane)."""
@@ -375,86 +206,6 @@ def held_by(item):
         return tag[0]
     m = item._mask if type(item) is MaskedBatch else None
     return None if m is None else m if m.dim() == 1 else m.reshape(m.size(0), -1).any(1)
-
-
-def _lane_lists(lst, B):
-    """Each example's own list of ``lst``'s items: those it holds (an item
-    of a per-example list, a step of ``x.unbind(d)``, held by some only)."""
-    held = [held_by(v) for v in lst]
-    held = [None if h is None else h.tolist() for h in held]
-    cols = [split(v, B) for v in lst]
-    return [[c[b] for c, h in zip(cols, held) if h is None or h[b]] for b in range(B)]
-
-
-def _lanes_of(seq, B, t):
-    cols = [split(v, B) for v in seq]
-    return [t(c[b] for c in cols) for b in range(B)]
-
-
-def _has_per_example(seq, depth=0):
-    """Does list or tuple ``seq`` hold a per-example value (looking at a
-    long one's ends only, and into nested ones, ``[[i]]``)?"""
-    items = seq if len(seq) <= 16 else (seq[0], seq[-1])
-    for v in items:
-        t = type(v)
-        if t is PerExample or t is MaskedBatch or t is Star or (
-                (t is list or t is tuple) and depth < 3 and v and _has_per_example(v, depth + 1)):
-            return True
-    return False
-
-
-def batch_size(args, kwargs=None):
-    """``(B, like)``: the number of examples of the per-example values among
-    ``args``, and a MaskedBatch among them (for a device and float dtype)."""
-    B, like = None, None
-    for a in list(args) + list((kwargs or {}).values()):
-        if type(a) is Star:
-            a = a.value
-        if type(a) is slice:
-            a = (a.start, a.stop, a.step)
-        if type(a) in (list, tuple) and _has_per_example(a):
-            B2, like2 = batch_size(a)
-            B = B if B is not None else B2
-            like = like if like is not None else like2
-        elif type(a) is PerExample:
-            B = len(a._mb_values) if B is None else B
-        elif type(a) is MaskedBatch:
-            B = a._data.size(0) if B is None else B
-            if like is None or not like._data.is_floating_point():
-                like = a
-    return B, like
-
-
-def per_lane(f, args, kwargs=None, B=None, like=None):
-    """``f(*args, **kwargs)`` run for each active example on its own values."""
-    kwargs = kwargs or {}
-    if B is None:
-        B, like = batch_size(args, kwargs)
-    rows = lane_rows(B)
-    cols = [(type(a) is Star, split(a, B)) for a in args]
-    kcols = {k: split(v, B) for k, v in kwargs.items()}
-    out = []
-    # each example runs as one example does alone: no lanes, no compaction
-    active, compact = _ACTIVE.set(None), _COMPACT.set(None)
-    try:
-        for b in (range(B) if rows is None else rows):
-            lane = []
-            for star, c in cols:
-                if star:
-                    lane.extend(c[b])
-                else:
-                    lane.append(c[b])
-            try:
-                out.append(f(*lane, **{k: c[b] for k, c in kcols.items()}))
-            except Exception as e:
-                if hasattr(e, "add_note") and B > 1:
-                    e.add_note(f"(matchbox: raised for example {b} of the batch, run on its "
-                               f"own values)")
-                raise
-    finally:
-        _COMPACT.reset(compact)
-        _ACTIVE.reset(active)
-    return lift(_spread(out, rows, B), rows, like)
 
 
 def _spread(vals, rows, B):
@@ -543,7 +294,7 @@ def lane_list(values, rows=None, like=None):
     B = len(values)
     lens = [len(v) if type(v) in (list, tuple) else 0 for v in values]
     n = max(lens)
-    refs = _ref_grid(values, lens, n)
+    refs = gather_grid(values, lens, n)
     out = []
     for k in range(n):
         if refs is not None:
@@ -558,34 +309,6 @@ def lane_list(values, rows=None, like=None):
         counts = torch.tensor(lens, dtype=torch.long, device=present.device)
         out[-1]._listed = (out[-1]._listed[0], counts, None, len(out))
     return out
-
-
-def _ref_grid(values, lens, n):
-    """``k -> item k`` of the lanes' lists of LaneRefs, gathered in one
-    ``index_select`` for all of them (None: not all LaneRefs)."""
-    if not all(type(r) is LaneRef for v, m in zip(values, lens) if m for r in v):
-        return None
-    B = len(values)
-    srcs, order = {}, []
-    for v, m in zip(values, lens):
-        for r in (v if m else ()):
-            if id(r.batch) not in srcs:
-                srcs[id(r.batch)] = len(order)
-                order.append(r.batch)
-    offsets = [0]
-    for src in order[:-1]:
-        offsets.append(offsets[-1] + src._data.size(0))
-    both = order[0] if len(order) == 1 else common(order)
-    idx = [offsets[srcs[id(v[k].batch)]] + v[k].row if k < m else 0
-           for v, m in zip(values, lens) for k in range(n)]
-    rows = both.padded_data.index_select(0, torch.tensor(idx, device=both._data.device))
-    rows = rows.view((B, n) + rows.shape[1:]).unbind(1)   # (one backward node for all)
-    mask = both._mask if any(both.dims) else None
-    if mask is not None:
-        mask = mask.expand((both._data.size(0),) + mask.shape[1:]).index_select(
-            0, torch.tensor(idx, device=mask.device)).view((B, n) + mask.shape[1:]).unbind(1)
-    return lambda k: _new(rows[k], None if mask is None else mask[k], both.dims,
-                          bdim=both._bdim)
 
 
 def held_item(x, lanes):
@@ -606,7 +329,4 @@ def held_item(x, lanes):
         x = PerExample(x._mb_values)
     x._listed = (lanes, None, None, None)
     return x
-
-
-_install_operators()
 _core.PER_EXAMPLE = PerExample

@@ -22,7 +22,8 @@ from ...core import MaskedBatch
 from .list_items import list_len
 from .lists import is_per_lane
 from .select import example_shape
-from .pyvalues import PerExample, per_lane
+from .perlane import per_lane
+from .pyvalues import PerExample
 
 
 def size(x, *args, **kwargs):

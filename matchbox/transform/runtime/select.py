@@ -6,7 +6,8 @@ import torch
 
 from ...core import MaskedBatch, example_to_storage, unlabeled
 from ...ops._registry import presence
-from .pyvalues import PerExample, lift, split
+from .perlane import split
+from .pyvalues import PerExample, lift
 
 _new = MaskedBatch._new
 

@@ -21,7 +21,8 @@ import warnings
 import torch
 
 from ...core import MaskedBatch
-from .pyvalues import PerExample, is_number_batch, per_lane
+from .perlane import per_lane
+from .pyvalues import PerExample, is_number_batch
 
 # a Tensor to ask isinstance about in a MaskedBatch's place (never changed):
 # it answers as a Tensor does for classes, tuples and metaclass checks alike

@@ -1,0 +1,267 @@
+"""Running Python code for each example on its own values (SPEC 4b).
+
+``per_lane(f, args)`` calls ``f`` once per active example with that
+example's values (``split``): a PerExample's item, a per-example scalar's
+Python number, a MaskedBatch's row (a ``LaneRef``), and puts the results
+together with ``pyvalues.lift``.  Each example's call runs as the example
+would alone: no lanes are active in it, no compaction.  The operators,
+items, calls and stores of a :class:`~.pyvalues.PerExample` are installed
+here, as they split their arguments per example.
+"""
+import math
+import operator
+
+import torch
+
+from ..._lanes import _ACTIVE, _COMPACT
+from ...core import MaskedBatch
+from .lanerefs import LaneRef
+from .pyvalues import GAP, PerExample, _spread, held_by, is_number_batch, lane_rows, lift
+
+_new = MaskedBatch._new
+
+
+# ------------------------------------------------------------------ splitting per lane
+def _stores(target, value):
+    """``(object, value)`` for each active example of PerExample ``target``;
+    two examples that hold the same object cannot each store their own value."""
+    B = len(target._mb_values)
+    rows = lane_rows(B)
+    lanes = range(B) if rows is None else rows
+    objs = [target._mb_values[b] for b in lanes]
+    col = split(_batch_of_tensors(value, B), B)
+    if type(col) is not _Repeat and len({id(o) for o in objs}) < len(objs):
+        raise ValueError(
+            "two examples hold the same object, so a store into it cannot keep each "
+            "example's own value (the second would overwrite the first); give each example "
+            "an object of its own (copy.deepcopy)")
+    return [(o, col[b]) for o, b in zip(objs, lanes)]
+
+
+def _batch_of_tensors(value, B):
+    """``value`` to store for every example, a plain Tensor (one value for
+    all, e.g. made from a number every example agrees on) as a batch of it
+    (expanded, no copy), so the examples' stored values read back as rows."""
+    if type(value) is tuple:
+        return tuple(_batch_of_tensors(v, B) for v in value)
+    if type(value) is not torch.Tensor:
+        return value
+    if value.dim() and value.size(0) == 1:   # (a leading 1: each example's batch-of-one dim)
+        return _new(value.expand((B,) + value.shape[1:]), None, (False,) * (value.dim() - 1))
+    return _new(value.unsqueeze(0).expand((B,) + value.shape), None, (False,) * value.dim(),
+                bdim=None)
+
+
+class _Repeat:
+    """The same value in every lane."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __getitem__(self, b):
+        return self.value
+
+
+class _Refs:
+    """Each lane's row of a MaskedBatch."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __getitem__(self, b):
+        return LaneRef(self.batch, b)
+
+
+class Star:
+    """``*value`` in a call made per example: each example's items."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _numbers(x):
+    """Each example's Python number of a per-example scalar."""
+    values = x._data.tolist()
+    if x._mask is not None:
+        held = x._mask.reshape(-1).tolist()
+        values = [v if h else GAP for v, h in zip(values, held)]
+    return values
+
+
+def split(x, B):
+    """``x`` as each lane sees it: an object indexable by lane."""
+    t = type(x)
+    if t is PerExample:
+        return x._mb_values
+    if t is MaskedBatch:
+        if x._data.size(0) != B:
+            raise ValueError(f"a per-example value of {x._data.size(0)} examples meets one of {B}")
+        return _numbers(x) if is_number_batch(x) else _Refs(x)
+    if (t is list or t is tuple) and _has_per_example(x):
+        return _lane_lists(x, B) if t is list else _lanes_of(x, B, t)
+    if t is Star:
+        return split(x.value, B)
+    if t is slice and _has_per_example((x.start, x.stop, x.step)):
+        return [slice(*v) for v in _lanes_of((x.start, x.stop, x.step), B, tuple)]
+    return _Repeat(x)
+
+
+def _is_lane_list(lst):
+    """Is ``lst`` a per-example list (its items held by some examples only)?"""
+    return any(getattr(v, "_listed", None) is not None for v in lst[-1:])
+
+
+def _lane_lists(lst, B):
+    """Each example's own list of ``lst``'s items: those it holds (an item
+    of a per-example list, a step of ``x.unbind(d)``, held by some only)."""
+    held = [held_by(v) for v in lst]
+    held = [None if h is None else h.tolist() for h in held]
+    cols = [split(v, B) for v in lst]
+    return [[c[b] for c, h in zip(cols, held) if h is None or h[b]] for b in range(B)]
+
+
+def _lanes_of(seq, B, t):
+    cols = [split(v, B) for v in seq]
+    return [t(c[b] for c in cols) for b in range(B)]
+
+
+def _has_per_example(seq, depth=0):
+    """Does list or tuple ``seq`` hold a per-example value (looking at a
+    long one's ends only, and into nested ones, ``[[i]]``)?"""
+    items = seq if len(seq) <= 16 else (seq[0], seq[-1])
+    for v in items:
+        t = type(v)
+        if t is PerExample or t is MaskedBatch or t is Star or (
+                (t is list or t is tuple) and depth < 3 and v and _has_per_example(v, depth + 1)):
+            return True
+    return False
+
+
+def batch_size(args, kwargs=None):
+    """``(B, like)``: the number of examples of the per-example values among
+    ``args``, and a MaskedBatch among them (for a device and float dtype)."""
+    B, like = None, None
+    for a in list(args) + list((kwargs or {}).values()):
+        if type(a) is Star:
+            a = a.value
+        if type(a) is slice:
+            a = (a.start, a.stop, a.step)
+        if type(a) in (list, tuple) and _has_per_example(a):
+            B2, like2 = batch_size(a)
+            B = B if B is not None else B2
+            like = like if like is not None else like2
+        elif type(a) is PerExample:
+            B = len(a._mb_values) if B is None else B
+        elif type(a) is MaskedBatch:
+            B = a._data.size(0) if B is None else B
+            if like is None or not like._data.is_floating_point():
+                like = a
+    return B, like
+
+
+def per_lane(f, args, kwargs=None, B=None, like=None):
+    """``f(*args, **kwargs)`` run for each active example on its own values."""
+    kwargs = kwargs or {}
+    if B is None:
+        B, like = batch_size(args, kwargs)
+    rows = lane_rows(B)
+    cols = [(type(a) is Star, split(a, B)) for a in args]
+    kcols = {k: split(v, B) for k, v in kwargs.items()}
+    out = []
+    # each example runs as one example does alone: no lanes, no compaction
+    active, compact = _ACTIVE.set(None), _COMPACT.set(None)
+    try:
+        for b in (range(B) if rows is None else rows):
+            lane = []
+            for star, c in cols:
+                if star:
+                    lane.extend(c[b])
+                else:
+                    lane.append(c[b])
+            try:
+                out.append(f(*lane, **{k: c[b] for k, c in kcols.items()}))
+            except Exception as e:
+                if hasattr(e, "add_note") and B > 1:
+                    e.add_note(f"(matchbox: raised for example {b} of the batch, run on its "
+                               f"own values)")
+                raise
+    finally:
+        _COMPACT.reset(compact)
+        _ACTIVE.reset(active)
+    return lift(_spread(out, rows, B), rows, like)
+
+
+# ------------------------------------------------------------------ PerExample's operations
+def _setattr(self, name, value):
+    for obj, v in _stores(self, value):
+        setattr(obj, name, v)
+
+
+def _delattr(self, name):
+    for obj, _ in _stores(self, None):
+        delattr(obj, name)
+
+
+def _getitem(obj, key):
+    return obj[key]
+
+
+def _setitem(obj, key, value):
+    obj[key] = value
+
+
+def _delitem(obj, key):
+    del obj[key]
+
+
+def _call(f, *args, **kwargs):
+    return f(*args, **kwargs)
+
+
+def _binary(op):
+    def f(self, other):
+        return per_lane(op, (self, other))
+
+    def r(self, other):
+        return per_lane(op, (other, self))
+    return f, r
+
+
+def _unary(op):
+    def f(self, *args):
+        return per_lane(op, (self,) + args)
+    return f
+
+
+def _install():
+    """PerExample's operations that run per example (its class, in
+    pyvalues.py, lifts results; these split the arguments too)."""
+    P = PerExample
+    P.__setattr__, P.__delattr__ = _setattr, _delattr
+    P.__getitem__ = lambda self, key: per_lane(_getitem, (self, key))
+    P.__setitem__ = lambda self, key, value: per_lane(_setitem, (self, key, value))
+    P.__delitem__ = lambda self, key: per_lane(_delitem, (self, key))
+    P.__call__ = lambda self, *args, **kwargs: per_lane(_call, (self,) + args, kwargs)
+    P.__torch_function__ = classmethod(
+        lambda cls, func, types, args=(), kwargs=None: per_lane(func, args, kwargs or {}))
+    for name in ("add sub mul truediv floordiv mod pow matmul and or xor lshift "
+                 "rshift").split():
+        f, r = _binary(getattr(operator, name + "_" if name in ("and", "or") else name))
+        setattr(P, f"__{name}__", f)
+        setattr(P, f"__r{name}__", r)
+    for name in ("eq ne lt le gt ge").split():
+        setattr(P, f"__{name}__", _binary(getattr(operator, name))[0])
+    for name, op in (("neg", operator.neg), ("pos", operator.pos), ("abs", abs),
+                     ("invert", operator.invert), ("round", round), ("trunc", math.trunc),
+                     ("floor", math.floor), ("ceil", math.ceil),
+                     ("reversed", lambda v: list(reversed(v)))):
+        setattr(P, f"__{name}__", _unary(op))
+
+
+_install()
