@@ -24,6 +24,10 @@ KINDS = {
     "matchbox_whole": "matchbox with whole-sequence modules",
     "matchbox_compact": "matchbox with @batch(compact=...): loop iterations on the live lanes only",
     "matchbox_merged": "matchbox with @batch(merge_calls=True): sibling recursive calls as one call",
+    "per_example_objects": "per-example loop of the same model over Python tree objects",
+    "matchbox_objects": "matchbox on the model over Python tree objects (matchbox.objects)",
+    "per_example_list": "per-example loop of the same model with its state in Python lists",
+    "matchbox_list": "matchbox on the model with its state in Python lists",
     "compiled": "torch.compile of the hand-written variant",
     "matchbox_compiled": "torch.compile of the matchbox variant",
 }

@@ -19,6 +19,7 @@ TASKS = {"char_tagger": char_tagger, "parser": parser}
 def test_variants_agree_and_train(name, B):
     mod = TASKS[name]
     variants = mod.build(batch_size=B, size="small", seed=B)
+    variants = {k: v for k, v in variants.items() if not k.endswith("_list")}  # test_python_state_variants.py
     assert set(variants) == {"per_example", "matchbox", "hand"}
     harness.check(variants, mod.TRAINS)
     for kind, v in variants.items():

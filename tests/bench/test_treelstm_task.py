@@ -36,6 +36,7 @@ def test_tree_sizes_are_sentence_like():
 @pytest.mark.parametrize("B", [1, 3])
 def test_variants_agree_and_train(B):
     variants = treelstm.build(batch_size=B, size="small", seed=B)
+    variants = {k: v for k, v in variants.items() if not k.endswith("_objects")}  # test_python_state_variants.py
     assert set(variants) == {"per_example", "matchbox", "hand"}
     harness.check(variants, treelstm.TRAINS)
     for name, v in variants.items():
