@@ -13,11 +13,10 @@ def _leaves(out):
     return [t for o in out for t in _leaves(o)] if isinstance(out, (tuple, list)) else [out]
 
 
-def _per_example(y, B):
-    if isinstance(y, MaskedBatch):
-        return y.examples()
-    y = torch.as_tensor(y)
-    return list(y.expand((B,) + tuple(y.shape[1:])).split(1, 0)) if y.dim() else [y] * B
+def per_example(y, B):
+    """The B per-example values of a batched output (a plain value: the
+    same for every example, e.g. all of a batch of one)."""
+    return y.examples() if isinstance(y, MaskedBatch) else [y] * B
 
 
 def assert_batch_equals_loop(model, f, examples, batch, rtol=1e-7, atol=1e-9):
@@ -37,7 +36,7 @@ def assert_batch_equals_loop(model, f, examples, batch, rtol=1e-7, atol=1e-9):
     floating = [y for y in got if y.is_floating_point()]
     sum(matchbox.example_sum(y) for y in floating).backward()
     for k, y in enumerate(got):
-        for b, value in enumerate(_per_example(y, len(examples))):
+        for b, value in enumerate(per_example(y, len(examples))):
             torch.testing.assert_close(value, want[b][k], rtol=rtol, atol=atol, check_device=False,
                                        msg=lambda m: f"output {k} of example {b}: {m}")
     got_grads = {n: p.grad for n, p in params.items() if p.grad is not None}

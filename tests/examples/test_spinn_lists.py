@@ -10,7 +10,7 @@ import torch
 from examples import spinn, spinn_lists as ex
 from matchbox import MaskedBatch
 from matchbox.test_utils import draw_lengths
-from tests.examples._loop import assert_batch_equals_loop
+from tests.examples._loop import assert_batch_equals_loop, per_example
 
 needs_core = pytest.mark.xfail(strict=True, reason="needs issue #29 core")
 
@@ -65,7 +65,7 @@ def test_batch_equals_per_sentence_loop(mode, B):
     scores = assert_batch_equals_loop(lists, lists, [d[:2] for d in data], ex.make_batch(data)[:2])
     words, transitions = (MaskedBatch.fromlist(list(x), dims=(True,))
                           for x in zip(*(as_tensors(w, t) for w, t, _ in data)))
-    torch.testing.assert_close(scores.examples(), tensors(words, transitions).examples())
+    torch.testing.assert_close(per_example(scores, B), tensors(words, transitions).examples())
 
 
 @needs_core
