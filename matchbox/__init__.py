@@ -7,7 +7,8 @@ from . import data
 from .ops.loss import example_sum, example_mean, token_mean
 from .transform import batch, to_source
 from .func import vmap
+from .objects import objects, PerExample
 
 __all__ = ["MaskedBatch", "functional", "data", "batch", "to_source",
-           "example_sum", "example_mean", "token_mean", "vmap"]
+           "example_sum", "example_mean", "token_mean", "vmap", "objects", "PerExample"]
 __version__ = "0.1.0"

@@ -260,7 +260,7 @@ class MaskedBatch:
     # an example is empty along one and not along another (its mask cannot
     # show that other size); read by ``_lengths``
     __slots__ = ("_data", "_cut", "_mask", "dims", "_bdim", "_zero_at", "_rows", "_listed",
-                 "_kept", "_update_of", "_present", "_sizes", "__weakref__")
+                 "_kept", "_update_of", "_present", "_sizes", "_pyfloat", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None, batch_dim=0):
         if not isinstance(data, torch.Tensor):
@@ -652,6 +652,14 @@ class MaskedBatch:
             raise TypeError("len() of a 0-d tensor" if self.dim() == 0 else
                             "a MaskedBatch index is one index, not a sequence of them")
         return self.size(0)
+
+    def __hash__(self):
+        if self._bdim is None and not self.dims:  # x.item(), x.size(d) under @batch
+            raise TypeError(
+                "a per-example number (one per example) used as a dict key or set item; in "
+                "code that @batch rewrites, d[k], d.get(k), k in d and s.add(k) use each "
+                "example's own key")
+        return id(self)
 
     # ------------------------------------------------------------ no host values
     def __bool__(self):
@@ -1050,6 +1058,20 @@ def adopt(x, q, what):
     return relabel(y, q)
 
 
+def batch_dim_as_dim(x):
+    """MaskedBatch ``x`` with its batch-of-one dimension as a plain static
+    dimension of size 1, and none (``batch_dim`` None): per example nothing
+    changes, and an op may then name that dimension like any other."""
+    p = x._bdim
+    if p is None:
+        return x
+    t = p + 1
+    mask = None if x._mask is None else x._mask.unsqueeze(t)
+    sizes = None if x._sizes is None else {d + (d >= t): n for d, n in x._sizes.items()}
+    return MaskedBatch._new(x.padded_data.unsqueeze(t), mask, x.dims[:p] + (False,) + x.dims[p:],
+                            x._zero, None, x._present, sizes)
+
+
 def squeezed(x, s):
     """MaskedBatch ``x`` without its static size-1 storage dim ``s``."""
     mask = None if x._mask is None else x._mask.squeeze(s)
@@ -1076,14 +1098,22 @@ def _placed(args):
     return False
 
 
+# @batch's type of per-example Python values (transform/runtime/pyvalues.py
+# sets it): one among an op's operands takes the slow path of ``dispatch``
+PER_EXAMPLE = None
+
+
 def _flagged(args):
     """Whether an operand needs the slow path of ``dispatch``: its
-    batch-of-one dimension is not at 0, or some example is empty."""
+    batch-of-one dimension is not at 0, or some example is empty, or it is a
+    per-example Python value."""
     for a in args:
         t = type(a)
         if t is MaskedBatch:
             if a._bdim != 0 or a._present is not None:
                 return True
+        elif t is PER_EXAMPLE:
+            return True
         elif t is list or t is tuple:
             for b in a:
                 if type(b) is MaskedBatch and (b._bdim != 0 or b._present is not None):
@@ -1113,6 +1143,18 @@ def dispatch(func, rule, args, kwargs):
 
 
 def _dispatch_flagged(func, place, rule, args, kwargs):
+    if any(type(a) is PER_EXAMPLE for a in args) or kwargs and any(
+            type(a) is PER_EXAMPLE for a in kwargs.values()):
+        args = [a._operand(func) if type(a) is PER_EXAMPLE else a for a in args]
+        kwargs = {k: a._operand(func) if type(a) is PER_EXAMPLE else a for k, a in kwargs.items()}
+        return dispatch(func, rule, args, kwargs)
+    floats = _python_floats(args, kwargs)
+    if floats is not None:
+        args, kwargs, mark = floats
+        out = _dispatch_flagged(func, place, rule, args, kwargs)
+        if mark and type(out) is MaskedBatch and out._data.is_floating_point():
+            out._pyfloat = True
+        return out
     placed = _placed(args) or (kwargs and _placed(kwargs.values()))
     if place is not None and (place.always or placed):
         out = place(func, rule, args, kwargs)
@@ -1123,6 +1165,49 @@ def _dispatch_flagged(func, place, rule, args, kwargs):
         out = rule(*args, **kwargs)
     from .ops._registry import keep_presence
     return keep_presence(out, args, kwargs, func)
+
+
+def _operands(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if type(a) is list or type(a) is tuple:
+            yield from a
+        else:
+            yield a
+
+
+def _python_floats(args, kwargs):
+    """Per-example Python floats (a per-example scalar that @batch made from
+    floats Python code computed: ``_pyfloat``, float64 data) meet a tensor
+    as a Python float does: in that tensor's floating dtype (the default
+    dtype beside an integer one), still a Python float beside numbers only.
+    ``(args, kwargs, mark)`` with them converted (``mark``: the result is a
+    Python float too), or None where there is none."""
+    if not any(type(a) is MaskedBatch and getattr(a, "_pyfloat", False)
+               for a in _operands(args, kwargs)):
+        return None
+    tensors = [a for a in _operands(args, kwargs) if isinstance(a, (torch.Tensor, MaskedBatch))
+               and not getattr(a, "_pyfloat", False)]
+    if not tensors:
+        return [_plain_float(a) for a in args], \
+            {k: _plain_float(v) for k, v in kwargs.items()}, True
+    dtype = next((t.dtype for t in tensors if t.dtype.is_floating_point),
+                 torch.get_default_dtype())
+
+    def cast(a):
+        if type(a) is list or type(a) is tuple:
+            return type(a)(cast(v) for v in a)
+        if type(a) is MaskedBatch and getattr(a, "_pyfloat", False):
+            return a._with_data(a.padded_data.to(dtype))
+        return a
+    return [cast(a) for a in args], {k: cast(v) for k, v in kwargs.items()}, False
+
+
+def _plain_float(a):
+    if type(a) is list or type(a) is tuple:
+        return type(a)(_plain_float(v) for v in a)
+    if type(a) is MaskedBatch and getattr(a, "_pyfloat", False):
+        return a._with_data(a.padded_data)   # (the same values, unmarked)
+    return a
 
 
 def real_mask(x):

@@ -15,11 +15,16 @@ An argument spec is one of:
 - a shape tuple of ints: one Tensor shared by every example;
 - an int ``k``: the same input as argument ``k``;
 - a ready ``MaskedBatch`` or ``Tensor``: used as given (a MaskedBatch is
-  split with ``.examples()``; a Tensor is shared).
+  split with ``.examples()``; a Tensor is shared);
+- ``matchbox.objects(items)``: one Python object per example (each run
+  gets its own deep copies, so code may store into them).
 """
 import torch
 
+import copy
+
 from .core import MaskedBatch, example_to_storage, storage_to_example
+from .objects import PerExample
 
 __all__ = ["mb_rand", "mb_test", "mb_assert", "mb_assert_allclose", "LENGTH_MODES",
            "draw_lengths"]
@@ -136,6 +141,8 @@ def _per_example(y, B, path):
     """Split one batched output leaf into B per-example values."""
     if isinstance(y, MaskedBatch):
         return y.examples()
+    if isinstance(y, PerExample):
+        return y._mb_values
     if isinstance(y, torch.Tensor):
         if y.dim() == 0 or y.size(0) not in (1, B):
             raise AssertionError(
@@ -287,6 +294,16 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
             per_ex.append(per_ex[spec]), batched.append(batched[spec]), kinds.append(kinds[spec])
             continue
         bdim = batch_dim
+        if isinstance(spec, PerExample):   # matchbox.objects(...): one object per example
+            if B is not None and len(spec._mb_values) != B:
+                raise ValueError(f"mb_test: argument {k} has {len(spec._mb_values)} examples, an "
+                                 f"earlier one {B}")
+            B = len(spec._mb_values)
+            # each run gets its own copies: the code may store into them
+            per_ex.append(copy.deepcopy(spec._mb_values))
+            batched.append((PerExample(copy.deepcopy(spec._mb_values)), []))
+            kinds.append("objects")
+            continue
         if isinstance(spec, MaskedBatch):
             examples, dims, bdim = spec.examples(), spec.dims, spec.batch_dim
             kind = "batch"
@@ -320,7 +337,7 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
         p.grad = None
     ys, cots = [], []
     for j in range(B):
-        args = [x[j] if kind == "batch" else x for x, kind in zip(per_ex, kinds)]
+        args = [x[j] if kind in ("batch", "objects") else x for x, kind in zip(per_ex, kinds)]
         y = f(*args)
         ys.append(y)
         if grad:
@@ -371,6 +388,8 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
         if id(batched[k][1]) in seen:
             continue
         seen.add(id(batched[k][1]))
+        if kind == "objects":
+            continue
         if kind == "batch":
             for j, (xe, xb) in enumerate(zip(x, batched[k][1])):
                 if xe.requires_grad:

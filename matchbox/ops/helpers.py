@@ -8,7 +8,7 @@ does not define (checked at import).
 """
 import torch
 
-from ..core import MaskedBatch, mask_from_lengths, storage_dim
+from ..core import MaskedBatch, mask_from_lengths, relabel, storage_dim
 from ._registry import is_mb, new, register_distinct
 
 HELPERS = {}
@@ -112,13 +112,18 @@ def _new_ctor(name):
     method = getattr(torch.Tensor, name)
 
     def rule(input, *args, **kwargs):
-        data = input.padded_data
+        data = input.padded_data if is_mb(input) else input
         if name == "new_full":
             size, rest = args[0] if args else kwargs.pop("size"), args[1:]
         elif len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
             size, rest = args[0], ()
         else:
             size, rest = (args or kwargs.pop("size", ())), ()
+        if any(is_mb(s) for s in size):   # per-example sizes: torch.zeros's rule
+            kwargs.setdefault("dtype", data.dtype)
+            kwargs.setdefault("device", data.device)   # (Made placed them at 0)
+            size = tuple(relabel(s, None) if is_mb(s) else s for s in size)
+            return getattr(torch, name[4:])(size, *rest, **kwargs)
         size = tuple(int(s) for s in size)
         if size and size[0] == 1:
             out = method(data, (data.size(0),) + size[1:], *rest, **kwargs)

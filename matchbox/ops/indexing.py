@@ -298,8 +298,9 @@ def getitem(x, index):
             p += 1
         elif is_mb(it):
             x = _per_example_index(x, p, it, op)
-            if it._bdim is None and not it.dims:  # one int per example: x[:, n - 1]
+            if it._bdim is None:  # no leading 1: one int per example (x[:, n - 1]), or (k,)
                 x = squeezed(x, p)
+                p += len(it.dims)
             else:
                 p += it.padded_data.dim()
         elif isinstance(it, torch.Tensor):

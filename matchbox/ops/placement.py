@@ -19,7 +19,8 @@ import math
 
 import torch
 
-from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
+from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim, \
+    batch_dim_as_dim
 from ._registry import func_name, is_mb
 from .indexing import put
 
@@ -267,9 +268,9 @@ class Dims(_Adapter):
         p = x._bdim
         if p == 0 and self.reduce and "other" not in kwargs:  # the common case: x.sum(1)
             d, _ = self.arg(rule, args, kwargs, self.params[0])
-            if type(d) is int or type(d) is tuple:
+            if type(d) is int and d != 0 and d != -x.dim() or type(d) is tuple and 0 not in d:
                 return rule(*args, **kwargs)
-        named, all_dims = [], True
+        named, all_dims, given = [], True, (args, kwargs)
         if self.options.get("varargs"):  # flip(x, 0, 1) as well as flip(x, (0, 1))
             kwargs = dict(kwargs)
             dims = kwargs.pop("dims") if "dims" in kwargs else args[1:] if len(args) != 2 else args[1]
@@ -286,6 +287,11 @@ class Dims(_Adapter):
                 all_dims = False
                 ds = list(d) if isinstance(d, (tuple, list)) else [d]
                 named += [storage_dim(x, j, op) for j in ds]
+                if 0 in named and p is not None and self.reduce:
+                    # sum(h, 0) of a (1, d) example: its batch-of-one dimension, as any other
+                    return MaskedBatch.__torch_function__(
+                        func, (MaskedBatch,), (batch_dim_as_dim(x),) + tuple(given[0][1:]),
+                        given[1])
                 if p != 0:
                     args, kwargs = self.replace(args, kwargs, name, i, _dim_to_storage(x, d, op))
         if p == 0 and not (self.reduce and all_dims):
@@ -837,6 +843,7 @@ _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lst
 _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))
 _declare(Rowwise(trailing=0), torch.zeros_like, torch.ones_like, torch.full_like,
          torch.empty_like, torch.rand_like, torch.randn_like, torch.randint_like)
+_declare(Own(), T.repeat)   # (the rule reads where the batch-of-one dimension sits)
 _declare(Made(), T.new_zeros, T.new_ones, T.new_full, T.new_empty, T.new_tensor, T.new)
 _declare(Matmul(), torch.matmul, T.matmul, T.__matmul__, torch.bmm, T.bmm)
 _declare(Broadcast(), T.masked_fill)

@@ -54,7 +54,7 @@ from .. import _lanes
 from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, lengths_presence, neutralize, new,
                         norm_dim, prefix_mask, real_mask, register_distinct)
 from .helpers import helper
-from ..core import MaskedBatch, relabel, storage_dim
+from ..core import MaskedBatch, batch_dim_as_dim, relabel, storage_dim
 
 T = torch.Tensor
 
@@ -504,7 +504,13 @@ def expand_as(x, other):
 @register_distinct(T.repeat)
 def repeat(x, *sizes):
     """Per-example ``repeat``; along a dynamic dim each example's real
-    entries are repeated (the copies are compacted together)."""
+    entries are repeated (the copies are compacted together).  A count may
+    be a per-example int (``h.repeat(len(kids), 1)`` under @batch) where
+    the size is 1: each example gets its own size there."""
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = tuple(sizes[0])
+    if x._bdim != 0 or any(is_mb(s) for s in sizes):
+        return _repeat_per_example(x, sizes)
     x, reps = _lead(x, _sizes(sizes), "repeat")
     static = [1 if dyn else r for r, dyn in zip(reps, x.dims)]
     if any(r != 1 for r in static):
@@ -513,6 +519,44 @@ def repeat(x, *sizes):
         if dyn and r != 1:
             x = _cat([x] * r, d, "repeat")
     return x
+
+
+def _repeat_per_example(x, reps):
+    """``repeat`` of examples with no batch-of-one dimension in front, or by
+    per-example counts: on the examples' whole shape (``batch_dim`` None)."""
+    y = batch_dim_as_dim(x)
+    if len(reps) < y.dim():
+        raise ValueError(f"repeat{tuple(reps)}: fewer sizes than the examples' {y.dim()} dims")
+    for _ in range(len(reps) - y.dim()):
+        y = relabel(_unsqueeze(relabel(y, 0), 1), None)
+    data, mask, dims = y.padded_data, y._mask, list(y.dims)
+    plain = [1] + [1 if is_mb(r) or dyn else int(r) for r, dyn in zip(reps, dims)]
+    if any(r != 1 for r in plain):
+        data = data.repeat(plain)
+    out = new(data, mask, tuple(dims), bdim=None)
+    for d, (r, dyn) in enumerate(zip(reps, y.dims), 1):
+        if is_mb(r):
+            if dyn or data.size(d) != 1:
+                raise NotImplementedError(
+                    f"repeat: a per-example count for dimension {d - 1}, whose size is not 1")
+            n = r.padded_data.reshape(-1).long()
+            size = int(n.max()) if n.numel() else 0
+            shape = list(out.padded_data.shape)
+            shape[d] = size
+            lengths = (torch.arange(size, device=n.device) < n[:, None])
+            view = [1] * len(shape)
+            view[0], view[d] = n.size(0), size
+            m = lengths.view(view)
+            m_shape = [shape[0]] + [s if dy or j == d else 1 for j, (s, dy) in
+                                    enumerate(zip(shape[1:], out.dims), 1)]
+            mask = m.expand(m_shape) if out._mask is None else \
+                out._mask.expand(m_shape) & m.expand(m_shape)
+            dims = list(out.dims)
+            dims[d - 1] = True
+            out = new(out.padded_data.expand(shape), mask, tuple(dims), bdim=None)
+        elif dyn and int(r) != 1:
+            out = relabel(_cat([relabel(out, 0)] * int(r), d, "repeat"), None)
+    return out
 
 
 # ------------------------------------------------------------------ cat / stack

@@ -9,9 +9,10 @@ import types
 import weakref
 
 from . import (assignments, break_statements, calls, conditionals, continue_statements,
-               logical, loops, python_values, reads, returns, runtime, sibling_calls,
-               unsupported)
+               logical, loops, python_calls, python_values, reads, returns, runtime,
+               sibling_calls, unsupported)
 from .analysis import loop_temporaries
+from .effects import owned_names
 from .maps import map_loops
 from .naming import Namer
 from .parser import load_function, parse_function, unparse
@@ -29,6 +30,7 @@ PASSES = (
     reads,                # reads in regions  -> _mb.read(x) (dormant lanes detached)
     calls,                # lst.append, range/enumerate/zip/reversed in for
     python_values,        # x.size(d), len(v), v.item(), int(v), lst.pop(), v[i] -> per-example values
+    python_calls,         # builtins, math, str/f-strings/%, in, is, isinstance, comprehensions -> per example
     assignments,          # assignments in regions -> _mb.assign(old, new)
     loops,                # while / for       -> lane-narrowing loops
     conditionals,         # if / elif / else, a if c else b
@@ -48,6 +50,9 @@ class Context:
         self.notes = []
         # stores of loop temporaries, found before any pass moves statements
         self.loop_temporaries = loop_temporaries(fdef)
+        # locals bound only to values made in the function (a container of its
+        # own becomes one per example where examples change it differently)
+        self.owned = owned_names(fdef)
         # for loops whose iterations share no state (maps.py), run as one
         self.map_loops = map_loops(fdef) if compact is None else {}
 

@@ -32,6 +32,7 @@ import gast
 
 from . import templates
 from .analysis import declared_outer, local_names, param_names, runtime_call
+from .runtime.containers import METHODS, MUTATORS
 from .passes import Pass
 
 _OPS = {gast.Add: "+=", gast.Sub: "-=", gast.Mult: "*=", gast.Div: "/=", gast.FloorDiv: "//=",
@@ -51,10 +52,10 @@ class _Slices(gast.NodeTransformer):
 
 
 class _Assignments(Pass):
-    def __init__(self, ctx, local):
+    def __init__(self, ctx, local, owned):
         super().__init__(ctx)
         self.assigned = set()
-        self.local = local
+        self.local, self.owned = local, owned
 
     def visit_For(self, node):
         # bind the target through a masked assignment, so that after the loop
@@ -91,9 +92,10 @@ class _Assignments(Pass):
         if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name):
             # d[k] = v: a Python container keeps its old item in dormant lanes;
             # buf[i] = v into a plain Tensor rebinds buf to one copy per example
-            return templates.replace("x = rt.setitem(x, key, value, name)", origin, rt=rt,
+            return templates.replace("x = rt.setitem(x, key, value, name, own)", origin, rt=rt,
                                      x=target.value.id, key=_Slices().visit(target.slice),
-                                     value=value, name=templates.constant(target.value.id))
+                                     value=value, name=templates.constant(target.value.id),
+                                     own=templates.constant(target.value.id in self.owned))
         if isinstance(target, gast.Subscript) and not any(
                 isinstance(n, gast.Slice) for n in gast.walk(target.slice)):
             return templates.replace("rt.setitem(obj, key, value)", origin, rt=rt,
@@ -102,8 +104,15 @@ class _Assignments(Pass):
         # MaskedBatch's __setitem__ honours the active lanes
         return templates.replace("x = value", origin, x=target, value=value)
 
+    def _keyed(self, target):
+        """``name[key]`` on a local: a store that may take a per-example key."""
+        return isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) \
+            and target.value.id in self.local
+
     def visit_Assign(self, node):
-        if not self.depth:
+        if not self.depth:   # (a store into a local's item may meet a per-example key)
+            if len(node.targets) == 1 and self._keyed(node.targets[0]):
+                return self._store(node.targets[0], node.value, node)
             return node
         if len(node.targets) == 1:
             return self._store(node.targets[0], node.value, node)
@@ -132,7 +141,7 @@ class _Assignments(Pass):
         return self._store(node.target, node.value, node)
 
     def visit_AugAssign(self, node):
-        if not self.depth:
+        if not self.depth and not self._keyed(node.target):
             return node
         rt, op = self.ctx.runtime, templates.constant(_OPS[type(node.op)])
         t = node.target
@@ -146,10 +155,11 @@ class _Assignments(Pass):
                 obj=t.value, name=templates.constant(t.attr), attr_name=t.attr, op=op, value=node.value)
         if isinstance(t, gast.Subscript) and isinstance(t.value, gast.Name):
             return templates.replace(
-                "key = index\nx = rt.setitem(x, key, rt.aug_assign(x[key], op, value, in_place=False), "
-                "name)", node,
+                "key = index\nx = rt.setitem(x, key, rt.aug_assign(rt.getitem(x, key), op, value, "
+                "in_place=False), name, own)", node,
                 key=self.ctx.namer.new("key"), index=_Slices().visit(t.slice), x=t.value.id, rt=rt,
-                op=op, value=node.value, name=templates.constant(t.value.id))
+                op=op, value=node.value, name=templates.constant(t.value.id),
+                own=templates.constant(t.value.id in self.owned))
         return node
 
 
@@ -159,9 +169,20 @@ class _Assignments(Pass):
         function's own becomes one copy per example, as for ``buf[i] = v``;
         a MaskedBatch's in-place rules honour the active lanes)."""
         call = node.value
-        if not self.depth or not isinstance(call, gast.Call) or not isinstance(call.func, gast.Attribute):
+        if not isinstance(call, gast.Call) or not isinstance(call.func, gast.Attribute):
             return node
         method, target = call.func.attr, call.func.value
+        if runtime_call(target, self.ctx.runtime, ("read",)) and target.args:
+            target = target.args[0]
+        if method in MUTATORS and isinstance(target, gast.Name) and target.id in self.local:
+            # seen.add(w): a container of the function's own, changed per example,
+            # becomes one copy per example (runtime/containers.py)
+            call.func = templates.replace_as_expression("rt.mutate", call, rt=self.ctx.runtime)
+            call.args = [templates.name(target.id), templates.constant(method),
+                         templates.constant(target.id in self.owned)] + call.args
+            return templates.replace("x = value", node, x=target.id, value=call)
+        if not self.depth:
+            return node
         if not method.endswith("_") or method.startswith("_"):
             return node
         local = target
@@ -179,7 +200,7 @@ class _Assignments(Pass):
 
 
 def transform(fdef, ctx):
-    tr = _Assignments(ctx, local_names(fdef))
+    tr = _Assignments(ctx, local_names(fdef), ctx.owned)
     body = tr.statements(fdef.body)
     init = sorted(tr.assigned - param_names(fdef) - declared_outer(fdef))
     pre = []

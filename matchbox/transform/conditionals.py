@@ -133,7 +133,7 @@ def _gatherable(body, rt, lists):
         if not isinstance(n, gast.Call):
             continue
         if runtime_call(n, rt):
-            if n.func.attr in ("setitem", "inplace"):  # x[k] = v, x.add_(v) on a local
+            if n.func.attr in ("setitem", "inplace", "mutate"):  # x[k] = v, x.add_(v), s.add(v)
                 return False
             continue
         if isinstance(n.func, gast.Attribute) and n.func.attr.endswith("_") \

@@ -55,7 +55,7 @@ _FRESH_CALLS = {"list", "dict", "set", "tuple", "frozenset", "len", "int", "floa
                 "torch.empty_like", "torch.full_like", "torch.tensor", "torch.arange",
                 "torch.cat", "torch.stack", "torch.randn", "torch.rand", "torch.randint",
                 "collections.deque", "deque", "collections.defaultdict", "defaultdict",
-                "collections.OrderedDict", "OrderedDict"}
+                "collections.OrderedDict", "OrderedDict", "collections.Counter", "Counter"}
 _FRESH_METHODS = {"clone", "copy"}
 # names taken for modules, whose functions (torch.add) are not methods of a receiver
 _MODULES = {"torch", "F", "nn", "TF", "np", "numpy", "math", "matchbox", "mb", "functools",

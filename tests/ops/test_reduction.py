@@ -188,14 +188,16 @@ def test_dormant_lanes_do_not_leak():
     assert torch.isfinite(x.padded_data.grad).all() and (x.padded_data.grad[1] == 0).all()
 
 
+@pytest.mark.parametrize("lengths", ["mixed", "equal"])
 @pytest.mark.parametrize("f", [
     lambda x: x.sum(0), lambda x: torch.mean(x, (0, 1)), lambda x: x.max(0),
-    lambda x: torch.argmax(x, -3), lambda x: x.std(0), lambda x: x.norm(dim=0),
+    lambda x: torch.argmax(x, -3), lambda x: x.norm(dim=0), lambda x: x.sum(0, keepdim=True),
     lambda x: torch.logsumexp(x, 0)])
-def test_reduce_over_batch_dim_raises(f):
-    x = MaskedBatch.fromlist([torch.randn(1, 2, 3), torch.randn(1, 4, 3)], (True, False))
-    with pytest.raises(ValueError, match="dimension 0"):
-        f(x)
+def test_reduce_over_batch_dim(f, lengths):
+    """A reduction over each example's leading 1 (``torch.sum(child_h, 0,
+    keepdim=True)`` of a ``(1, d)`` state) reduces that size-1 dimension, as
+    for one example (issue 29)."""
+    mb_test(f, (3, (True, 4), (False, 3)), lengths=lengths, dtype=torch.float64)
 
 
 def test_unsupported_arguments_raise():

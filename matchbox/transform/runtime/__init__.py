@@ -25,6 +25,8 @@ One concern per module:
 - :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls), ``recursive``
   (a recursive call left plain)
 """
+import operator
+
 from .assign import aug_assign, assign, inplace, read, setattr_, setitem
 from .calls import recursive, sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
@@ -33,6 +35,9 @@ from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence
 from .lists import append, extend, getitem, insert, pop
 from .loops import for_loop, while_loop
 from .maps import map_loop
+from .containers import method, mutate
+from .pycalls import call, comprehension, contains, host, is_, isinstance_
+from .pyvalues import PerExample, Star
 from .scalars import bool_, float_, int_, item, len_, shape, size
 from .select import select
 from .values import Mixed, Undefined, returned
@@ -43,4 +48,5 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
            "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "recursive",
-           "returned"]
+           "returned", "call", "comprehension", "contains", "host", "is_", "isinstance_",
+           "PerExample", "Star", "operator", "method", "mutate"]

@@ -13,7 +13,9 @@ import torch
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .compaction import owned as _owned
+from . import containers
 from .lists import extend_owned
+from .pyvalues import PerExample
 from .select import ShapeMismatch, select
 from .values import Mixed, Undefined
 
@@ -149,13 +151,20 @@ def aug_assign(old, op, value, in_place=True):
     return _assign(old, outplace(_read(old), value))
 
 
-def setitem(obj, key, value, name=None):
+def setitem(obj, key, value, name=None, own=False):
     """``obj[key] = value`` for the active lanes, and the object the local
     variable ``name`` (None: the target is no local variable) holds after
     it.  A Python dict or list keeps its old item in the dormant lanes (a
     new key takes ``value``, as a variable first bound in a branch does); a
     MaskedBatch honours the lanes itself; a plain Tensor of the function's
-    own takes the store as one copy per example (``_own_copies``)."""
+    own takes the store as one copy per example (``_own_copies``).  A
+    per-example key: see ``containers.setitem`` (``own``: a container made
+    in the function)."""
+    if type(obj) is PerExample or type(key) in (PerExample, MaskedBatch) \
+            and not isinstance(obj, (torch.Tensor, MaskedBatch)):
+        out = containers.setitem(obj, key, value, own)
+        if out is not None:
+            return out
     if type(obj) in (dict, list):
         if _ACTIVE.get() is not None and type(key) is not slice:
             old = obj.get(key) if type(obj) is dict else obj[key]

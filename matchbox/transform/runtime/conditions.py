@@ -13,6 +13,7 @@ from ..._lanes import _ACTIVE, _COMPACT, active_lanes
 from ...core import MaskedBatch
 from .values import Undefined
 from .compaction import branch_compaction
+from .pyvalues import PerExample
 from .select import select
 
 _NONE = object()  # no compaction token to reset
@@ -34,6 +35,8 @@ def cond(value):
         if value._mask is not None:
             c = c & value._mask.reshape(B)
         return c
+    if type(value) is PerExample:
+        return value._truth()
     if type(value) is list and value:  # a list is true where the example's list is not empty
         from .lists import list_len
         n = list_len(value)

@@ -22,6 +22,8 @@ from ...core import MaskedBatch
 from ...ops._registry import uncut
 from .compaction import owned as _owned
 from .conditions import _ALL, _inside, _within
+from .pyslices import item_of
+from .pyvalues import PerExample
 from .select import _canonical, _full_mask, _lane_view, select
 
 _new = MaskedBatch._new
@@ -352,8 +354,8 @@ def pop(lst, *args):
 def getitem(obj, key):
     """``obj[key]``; on a per-example list (or with a per-example index),
     each example's own item or slice."""
-    if type(obj) is not list:
-        return obj[key]
+    if type(obj) is not list or type(key) is PerExample:
+        return item_of(obj, key)
     lanes, comp = _lanes_now()
     if type(key) is slice and key.start is None and key.stop is None and key.step == -1:
         out = _reversed(obj)

@@ -18,6 +18,7 @@ import torch
 
 from ...core import MaskedBatch, storage_dim
 from .lists import is_per_lane, list_len
+from .pyvalues import PerExample, per_lane
 
 _new = MaskedBatch._new
 
@@ -63,7 +64,7 @@ def len_(x):
     if type(x) is list:
         return list_len(x)
     if type(x) is not MaskedBatch:
-        return builtins.len(x)
+        return per_lane(builtins.len, (x,)) if type(x) is PerExample else builtins.len(x)
     if x.dim() == 0:
         raise TypeError("len() of a 0-d tensor")
     return _size_of(x, 0)
@@ -95,6 +96,8 @@ def item(x):
 
 def int_(x, *args):
     """``int(x)``: each example's own int (truncated toward zero)."""
+    if type(x) is PerExample:
+        return per_lane(builtins.int, (x,) + args)
     if args or type(x) is not MaskedBatch:
         return builtins.int(x, *args)
     v = _one_value(x.detach(), "int(x)")
@@ -108,7 +111,7 @@ def float_(x):
     """``float(x)``: each example's own float (a floating value keeps its
     dtype, so it mixes with tensors as a Python float does)."""
     if type(x) is not MaskedBatch:
-        return builtins.float(x)
+        return per_lane(builtins.float, (x,)) if type(x) is PerExample else builtins.float(x)
     v = _one_value(x.detach(), "float(x)")
     data = v._data
     if not data.is_floating_point():
@@ -122,7 +125,7 @@ def bool_(x):
     if type(x) is list and is_per_lane(x):
         return list_len(x) > 0
     if type(x) is not MaskedBatch:
-        return builtins.bool(x)
+        return per_lane(builtins.bool, (x,)) if type(x) is PerExample else builtins.bool(x)
     if math.prod(x._data.shape[1:]) != 1:
         raise RuntimeError(
             "bool(x): Boolean value of a per-example Tensor with more than one value is "

@@ -4,7 +4,8 @@ given lanes and ``b`` in the others, for every kind of per-example value
 and widening dynamic dimensions where the two differ."""
 import torch
 
-from ...core import MaskedBatch, example_to_storage
+from ...core import MaskedBatch, batch_dim_as_dim, example_to_storage
+from .pyvalues import PerExample, select_values
 
 _new = MaskedBatch._new
 
@@ -139,21 +140,21 @@ def _select(lanes, a, b):
             and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):
         return type(a)(select(lanes, x, y) for x, y in zip(a, b))
     tensors = (torch.Tensor, MaskedBatch)
+    if type(a) is PerExample or type(b) is PerExample:
+        return select_values(lanes, a, b)
     if not isinstance(a, tensors) and not isinstance(b, tensors):
         if isinstance(a, (bool, int, float)) and isinstance(b, (bool, int, float)):
             if a == b and type(a) is type(b):
                 return a
-        else:
-            try:
-                if a == b:
-                    return a
-            except Exception:
-                pass
-            raise TypeError(
-                f"a value of type {type(a).__name__} and one of type {type(b).__name__} "
-                f"would have to be held by different examples of one variable; @batch can "
-                f"only do that for tensors and numbers")
+        else:   # strings, containers, objects: one Python value per example
+            return select_values(lanes, a, b)
+    elif not _is_number(a) and not isinstance(a, tensors) or \
+            not _is_number(b) and not isinstance(b, tensors):
+        return select_values(lanes, a, b)   # a tensor in some examples, None in others
     B = lanes.size(0)
+    if type(a) is MaskedBatch and type(b) is MaskedBatch and a._bdim != b._bdim \
+            and a.dim() == b.dim():   # (1, d) per example with and without one in front
+        a, b = batch_dim_as_dim(a), batch_dim_as_dim(b)
     da, ma, dimsa, pa = _canonical(a, B, b)
     db, mb, dimsb, pb = _canonical(b, B, a)
     if da.dim() != db.dim() or pa != pb:

@@ -1,0 +1,199 @@
+"""Route the Python operations that may meet per-example values through
+the runtime (``runtime/pycalls.py``), so each example computes its own
+(SPEC 4b):
+
+    min(a, b), str(n), sorted(v, key=k)  ->  rt.call(min, a, b), ...
+    math.sqrt(n), operator.add(a, b)     ->  rt.call(math.sqrt, n), ...
+    torch.tensor([i]), torch.ones(n, n)  ->  rt.call(torch.tensor, [i]), ...
+    "{}-{}".format(a, b), ", ".join(ws)  ->  rt.call("{}-{}".format, a, b), ...
+    f"len{n:>3}"                         ->  rt.call(lambda v0: f"len{v0:>3}", n)
+    "%.1f" % v, [0.0] * n, "-" * n       ->  rt.call(operator.mod, "%.1f", v), ...
+    isinstance(x, T)                     ->  rt.isinstance_(x, T)
+    a in b, a not in b                   ->  rt.contains(a, b), rt.contains(a, b, True)
+    a is b, a is not b                   ->  rt.is_(a, b), rt.is_(a, b, True)
+    [f(c) for c in w if p(c)]            ->  rt.comprehension(lambda w: [...], 1, w)
+    x.tolist(), x.numpy()                ->  rt.host(x, 'tolist'), ...
+    x[:, :n]                             ->  rt.getitem(x, (slice(None), slice(None, n)))
+
+``f(*xs)`` in a routed call passes ``rt.Star(xs)``.  Only builtins and
+module functions the function does not shadow with a local name are
+routed; calls of other functions, methods and modules are left alone
+(a method of a per-example value runs per example by itself).
+"""
+import gast
+
+from . import templates
+from .analysis import local_names, runtime_call
+from .passes import Pass
+from .runtime.containers import METHODS, MUTATORS
+
+_BUILTINS = {"abs", "all", "any", "ascii", "bin", "chr", "dict", "divmod", "enumerate",
+             "filter", "format", "frozenset", "getattr", "hasattr", "hash", "hex", "len",
+             "list", "map", "max", "min", "oct", "ord", "pow", "range", "repr", "round", "set",
+             "sorted", "str", "sum", "tuple", "zip", "int", "float", "bool", "reversed",
+             "complex", "bytes"}
+_MODULES = {"math", "operator", "statistics", "string", "cmath"}
+_TORCH = {"torch.tensor", "torch.as_tensor", "torch.LongTensor", "torch.FloatTensor",
+          "torch.DoubleTensor", "torch.BoolTensor", "torch.ones", "torch.zeros", "torch.empty",
+          "torch.full"}
+_COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
+
+
+def _dotted(node):
+    parts = []
+    while isinstance(node, gast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id] + parts[::-1]) if isinstance(node, gast.Name) else None
+
+
+def _literal(node, kinds=(str,)):
+    return isinstance(node, gast.Constant) and isinstance(node.value, kinds) \
+        or str in kinds and isinstance(node, gast.JoinedStr)
+
+
+class _Calls(Pass):
+    visit_Lambda = gast.NodeTransformer.generic_visit   # (the earlier passes' lambdas)
+
+    def __init__(self, ctx, names):
+        super().__init__(ctx)
+        self.names = names
+
+    def _rt(self, attr, origin):
+        return templates.replace_as_expression(f"rt.{attr}", origin, rt=self.ctx.runtime)
+
+    def _call(self, origin, func, args, keywords=()):
+        """``rt.call(func, *args, **keywords)``."""
+        args = [gast.Call(self._rt("Star", a), [a.value], []) if isinstance(a, gast.Starred)
+                else a for a in args]
+        return templates.stamp(gast.Call(self._rt("call", origin), [func] + args,
+                                         list(keywords)), origin)
+
+    def _routed(self, func):
+        name = _dotted(func)
+        if name is None:
+            return isinstance(func, gast.Attribute) and _literal(func.value)
+        root = name.split(".")[0]
+        if root in self.names or root == self.ctx.runtime:
+            return False
+        return name in _BUILTINS or name in _TORCH or (
+            "." in name and root in _MODULES)
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, gast.Name) and func.id == "isinstance" and "isinstance" not in \
+                self.names and len(node.args) == 2 and not node.keywords:
+            return templates.stamp(gast.Call(self._rt("isinstance_", node), node.args, []), node)
+        if isinstance(func, gast.Attribute) and func.attr in ("tolist", "numpy") \
+                and not node.args and not node.keywords and _dotted(func.value) != "torch":
+            return templates.stamp(gast.Call(self._rt("host", node), [
+                func.value, templates.constant(func.attr)], []), node)
+        if self._routed(func):
+            return self._call(node, func, node.args, node.keywords)
+        if isinstance(func, gast.Attribute) and func.attr in METHODS and func.attr != "pop" \
+                and not self._module(func.value):
+            # d.get(k): a plain container read with a per-example key reads per example
+            return templates.stamp(gast.Call(self._rt("method", node), [
+                func.value, templates.constant(func.attr)] + node.args, node.keywords), node)
+        return node
+
+    def _module(self, node):
+        name = _dotted(node)
+        return name is not None and name.split(".")[0] not in self.names
+
+    def visit_Expr(self, node):
+        """``seen.add(w)`` on a local stays as it is: assignments.py makes it
+        ``seen = rt.mutate(seen, 'add', own, w)``."""
+        call = node.value
+        if isinstance(call, gast.Call) and isinstance(call.func, gast.Attribute) \
+                and call.func.attr in MUTATORS:
+            target = call.func.value
+            if runtime_call(target, self.ctx.runtime, ("read",)) and target.args:
+                target = target.args[0]
+            if isinstance(target, gast.Name) and target.id in self.names:
+                call.args = [self.visit(a) for a in call.args]
+                for k in call.keywords:
+                    k.value = self.visit(k.value)
+                return node
+        return self.generic_visit(node)
+
+    def visit_JoinedStr(self, node):
+        """``f"a{x}b{y:>{w}}"`` -> ``rt.call(lambda v0, v1, v2: f"a{v0}b{v1:>{v2}}", x, y, w)``."""
+        values, params = [], []
+        for n in gast.walk(node):
+            if isinstance(n, gast.FormattedValue):
+                values.append(self.visit(n.value))
+                params.append(self.ctx.namer.new("v"))
+                n.value = templates.name(params[-1])
+        if not values:
+            return node
+        fn = gast.Lambda(gast.arguments(
+            args=[templates.name(p, gast.Param()) for p in params], posonlyargs=[],
+            vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]), node)
+        return self._call(node, templates.stamp(fn, node), values)
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        op = node.op
+        if isinstance(op, gast.Mod) and _literal(node.left) or isinstance(op, gast.Mult) and (
+                any(isinstance(s, (gast.List, gast.ListComp, gast.Tuple)) or _literal(s)
+                    for s in (node.left, node.right))):
+            fn = self._rt(f"operator.{'mod' if isinstance(op, gast.Mod) else 'mul'}", node)
+            return self._call(node, fn, [node.left, node.right])
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) != 1:
+            return node
+        op, a, b = node.ops[0], node.left, node.comparators[0]
+        if isinstance(op, (gast.In, gast.NotIn)):
+            args = [a, b] + ([templates.constant(True)] if isinstance(op, gast.NotIn) else [])
+            return templates.stamp(gast.Call(self._rt("contains", node), args, []), node)
+        if isinstance(op, (gast.Is, gast.IsNot)):
+            args = [a, b] + ([templates.constant(True)] if isinstance(op, gast.IsNot) else [])
+            return templates.stamp(gast.Call(self._rt("is_", node), args, []), node)
+        return node
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        key = node.slice
+        if not isinstance(node.ctx, gast.Load) or not isinstance(key, gast.Tuple) or not any(
+                isinstance(e, gast.Slice) and any(
+                    p is not None and not isinstance(p, gast.Constant)
+                    for p in (e.lower, e.upper, e.step)) for e in key.elts):
+            return node
+        elts = [templates.replace_as_expression(
+            "slice(a, b, c)", node, a=e.lower or templates.constant(None),
+            b=e.upper or templates.constant(None), c=e.step or templates.constant(None))
+            if isinstance(e, gast.Slice) else e for e in key.elts]
+        return templates.stamp(gast.Call(self._rt("getitem", node), [
+            node.value, gast.Tuple(elts=elts, ctx=gast.Load())], []), node)
+
+    def _comprehension(self, node):
+        if any(isinstance(n, (gast.NamedExpr, gast.Yield, gast.YieldFrom, gast.Await))
+               for n in gast.walk(node)):
+            return self.generic_visit(node)
+        bound = {n.id for n in gast.walk(node) if isinstance(n, gast.Name)
+                 and isinstance(n.ctx, gast.Store)}
+        free = [n.id for n in gast.walk(node) if isinstance(n, gast.Name)
+                and isinstance(n.ctx, gast.Load) and n.id in self.names and n.id not in bound]
+        iters = {n.id for g in node.generators for n in gast.walk(g.iter)
+                 if isinstance(n, gast.Name)}
+        names = sorted(set(free) & iters) + sorted(set(free) - iters)
+        node = self.generic_visit(node)
+        if not names:
+            return node
+        fn = gast.Lambda(gast.arguments(
+            args=[templates.name(p, gast.Param()) for p in names], posonlyargs=[], vararg=None,
+            kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]), node)
+        n_iter = templates.constant(len(set(free) & iters))
+        return templates.stamp(gast.Call(self._rt("comprehension", node), [
+            templates.stamp(fn, node), n_iter] + [templates.name(p) for p in names], []), node)
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+
+def transform(fdef, ctx):
+    return _Calls.run(fdef, ctx, local_names(fdef))

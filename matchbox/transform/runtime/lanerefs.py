@@ -1,0 +1,209 @@
+"""One example's tensor inside a batch, for per-example Python code.
+
+When ``@batch`` runs Python code for each example on its own (a method of a
+per-example object, a builtin, a string method: ``pyvalues.py``), a
+MaskedBatch argument is given to each example as a :class:`LaneRef`: the
+batch and the example's row, no copy.  Stored on an object (``node.state =
+h``) or in a container it stays a reference; read back from the examples
+(``nodes.state``) the references are gathered into a MaskedBatch again
+(:func:`gather`: one ``index_select`` per source batch, differentiable), so
+tensors stay batched.  Only code that computes with a reference itself
+(``torch`` functions, operators, tensor methods on it) makes the example's
+own Tensor (:meth:`LaneRef.tensor`, a slice of the batch cut to its sizes).
+"""
+import torch
+
+from ...core import MaskedBatch, batch_dim_as_dim, storage_to_example
+
+_new = MaskedBatch._new
+
+
+class LaneRef:
+    """Row ``row`` of MaskedBatch ``batch``: one example's value, which acts
+    as that example's Tensor where it is computed with."""
+
+    __slots__ = ("batch", "row", "_tensor")
+
+    def __init__(self, batch, row):
+        self.batch, self.row, self._tensor = batch, row, None
+
+    def tensor(self):
+        """The example's own Tensor (made once; it keeps the gradient)."""
+        if self._tensor is None:
+            x, b = self.batch, self.row
+            t = x.padded_data[b:b + 1]
+            if x._mask is not None:
+                for d, dyn in enumerate(x.dims, 1):
+                    if dyn:
+                        t = t.narrow(d, 0, int(x._lengths(d)[b]))
+            self._tensor = storage_to_example(t, x._bdim)
+        return self._tensor
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return func(*materialized(args), **{k: materialized(v) for k, v in (kwargs or {}).items()})
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.tensor(), name)
+
+    def __repr__(self):
+        return f"<example {self.row} of a batch: {self.tensor()!r}>"
+
+    def __bool__(self):
+        return bool(self.tensor())
+
+    def __len__(self):
+        return len(self.tensor())
+
+    def __iter__(self):
+        return iter(self.tensor())
+
+    def __float__(self):
+        return float(self.tensor())
+
+    def __int__(self):
+        return int(self.tensor())
+
+    def __index__(self):
+        return self.tensor().__index__()
+
+    def __format__(self, spec):
+        return format(self.tensor(), spec)
+
+    def __getitem__(self, key):
+        return self.tensor()[materialized(key)]
+
+    __hash__ = object.__hash__
+
+
+def _operator(name):
+    def op(self, *args):
+        return getattr(self.tensor(), name)(*materialized(args))
+    op.__name__ = name
+    return op
+
+
+for _name in ("add sub mul truediv floordiv mod pow matmul and or xor lshift rshift "
+              "radd rsub rmul rtruediv rfloordiv rmod rpow rmatmul rand ror rxor "
+              "eq ne lt le gt ge neg pos abs invert").split():
+    setattr(LaneRef, f"__{_name}__", _operator(f"__{_name}__"))
+
+
+def materialized(x):
+    """``x`` with every LaneRef (also inside lists, tuples, dicts) as its Tensor."""
+    t = type(x)
+    if t is LaneRef:
+        return x.tensor()
+    if t in (list, tuple):
+        return t(materialized(v) for v in x)
+    if t is dict:
+        return {k: materialized(v) for k, v in x.items()}
+    return x
+
+
+# ------------------------------------------------------------------ gathering
+def _rows_of(x, idx):
+    """Rows ``idx`` (a LongTensor) of MaskedBatch ``x``, with their masks."""
+    mask, present, sizes = x._mask, x._present, x._sizes
+    n = x._data.size(0)
+    if mask is not None and mask.size(0) == n:
+        mask = mask.index_select(0, idx)
+    if present is not None:
+        present = present.index_select(0, idx)
+    if sizes is not None:
+        sizes = {d: s.index_select(0, idx) for d, s in sizes.items()}
+    return _new(x.padded_data.index_select(0, idx), mask, x.dims, x._zero, x._bdim,
+                present, sizes)
+
+
+def _common(sources):
+    """The sources as one MaskedBatch, concatenated along the batch (padded
+    to the larger size along each dimension, which is then dynamic)."""
+    if len({s._bdim for s in sources}) > 1:   # (1, d) per example with and without one in front
+        sources = [batch_dim_as_dim(s) for s in sources]
+    first = sources[0]
+    if any(s.dim() != first.dim() for s in sources):
+        raise ValueError(
+            "the examples hold tensors of different per-example ranks here (read back from "
+            "their objects or containers); a batch holds one rank per value")
+    datas = [s.padded_data for s in sources]
+    n = datas[0].dim() - 1
+    sizes = [max(d.size(i + 1) for d in datas) for i in range(n)]
+    dims = tuple(any(s.dims[i] for s in sources) or len({d.size(i + 1) for d in datas}) > 1
+                 for i in range(n))
+    masked = any(s._mask is not None for s in sources) or dims != first.dims
+    padded = []
+    for d in datas:
+        pad = []
+        for i in reversed(range(n)):
+            pad += [0, sizes[i] - d.size(i + 1)]
+        padded.append(torch.nn.functional.pad(d, pad) if any(pad) else d)
+    mask = torch.cat([_mask_in(s, sizes, dims) for s in sources]) if masked else None
+    return _new(torch.cat(padded), mask, dims, bdim=first._bdim)
+
+
+def _mask_in(s, sizes, dims):
+    """The mask of ``s`` in the layout ``sizes`` / ``dims`` (a dimension
+    dynamic there holds ``s``'s real entries, False beyond them)."""
+    m = s.mask
+    for i, (n, dy) in enumerate(zip(sizes, dims)):
+        if not dy:
+            continue
+        d, size = i + 1, s.padded_data.size(i + 1)
+        if s.dims[i]:
+            if m.size(d) < n:
+                shape = list(m.shape)
+                shape[d] = n - m.size(d)
+                m = torch.cat([m, m.new_zeros(shape)], d)
+        else:
+            view = [1] * m.dim()
+            view[d] = n
+            m = m & (torch.arange(n, device=m.device) < size).view(view)
+    shape = (m.size(0),) + tuple(n if dy else 1 for n, dy in zip(sizes, dims))
+    return m.expand(shape)
+
+
+def gather(refs, B, device=None):
+    """The MaskedBatch of ``B`` examples whose example ``b`` is ``refs[b]``
+    (a LaneRef, or anything else where lane ``b`` holds no value: that lane
+    reads some other row, as a dormant lane does)."""
+    srcs, order = {}, []
+    for r in refs:
+        if type(r) is LaneRef and id(r.batch) not in srcs:
+            srcs[id(r.batch)] = len(order)
+            order.append(r.batch)
+    if len(order) == 1:
+        src = order[0]
+        rows = [r.row if type(r) is LaneRef else 0 for r in refs]
+        if src._data.size(0) == B and rows == list(range(B)):
+            return src
+        return _rows_of(src, torch.tensor(rows, device=src._data.device))
+    offsets, start = [], 0
+    for s in order:
+        offsets.append(start)
+        start += s._data.size(0)
+    rows = [offsets[srcs[id(r.batch)]] + r.row if type(r) is LaneRef else 0 for r in refs]
+    both = _common(order)
+    return _rows_of(both, torch.tensor(rows, device=both._data.device))
+
+
+def stack(tensors, B):
+    """The MaskedBatch of ``B`` examples whose example ``b`` is Tensor (or
+    LaneRef) ``tensors[b]`` (anything else: no value, a dormant lane's).
+    Examples with a leading 1 keep it as their batch-of-one dimension."""
+    ts = [t.tensor() if type(t) is LaneRef else t for t in tensors]
+    real = [t for t in ts if isinstance(t, torch.Tensor)]
+    if len({t.dim() for t in real}) > 1:
+        raise ValueError(
+            f"the examples hold tensors of different per-example ranks here "
+            f"({sorted({tuple(t.shape) for t in real}, key=len)}); a batch holds one rank "
+            f"per value")
+    fill = real[0].detach()
+    ts = [t if isinstance(t, torch.Tensor) else fill for t in ts]
+    n = fill.dim()
+    bdim = 0 if n and all(t.size(0) == 1 for t in ts) else None
+    sizes = [{t.size(i) for t in ts} for i in range(n)]
+    dims = tuple(len(s) > 1 for i, s in enumerate(sizes) if i != bdim)
+    return MaskedBatch.fromlist(ts, dims, bdim)

@@ -1,0 +1,523 @@
+"""Per-example Python values (SPEC section 4b): a value that each example
+holds for itself, whatever its type.
+
+Numbers each example holds are per-example scalars (MaskedBatches of one
+value per example, ``scalars.py``); tensors are MaskedBatches.  Anything
+else (strings, containers, objects, None) is a :class:`PerExample`: one
+Python object per example (lane).  Whatever code does with one (an
+operator, an attribute, a method call, an item) runs for each active
+example on its own value (``per_lane``), and the results are put together
+again by ``lift``:
+
+- a result the same in every active example stays one plain value (an
+  immutable one equal in all, or one object): it costs nothing then;
+- numbers become a per-example scalar, so tensor code takes them;
+- tensors (the examples' own rows, ``LaneRef``) become a MaskedBatch
+  again: gathered, one ``index_select`` per source (``lanerefs.py``);
+- a tuple holding tensors becomes a tuple of such values, a list of them
+  a per-example list (item ``k`` held by the examples whose list has one);
+- anything else stays a PerExample.
+
+A per-example argument is given to each example as its own value: a
+PerExample's item, a per-example scalar's Python number, a MaskedBatch's
+row (a ``LaneRef``).  Dormant lanes (outside the active lanes of a branch
+or loop) run nothing and hold ``GAP`` in results.
+"""
+import torch
+
+from ..._lanes import _ACTIVE
+from ... import core as _core
+from ...core import MaskedBatch
+from .lanerefs import LaneRef, gather, stack
+
+_new = MaskedBatch._new
+
+
+class _Gap:
+    """What a lane holds where it computed nothing (dormant, or no item)."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<no value>"
+
+
+GAP = _Gap()
+
+
+def lane_rows(B):
+    """The active lanes (a list of lane indices), None when all ``B`` are."""
+    lanes = _ACTIVE.get()
+    if lanes is None or lanes.numel() != B:
+        return None
+    rows = getattr(lanes, "_mb_rows", None)
+    if rows is None:
+        rows = lanes.nonzero().flatten().tolist()
+        if not torch.compiler.is_compiling():
+            lanes._mb_rows = rows
+    return rows
+
+
+def is_number_batch(x):
+    """Is MaskedBatch ``x`` one number per example (``x.size(d)``, ``.item()``)?
+    Such a value without gradient is a Python number to Python code."""
+    return not x.dims and x._bdim is None and not x._data.requires_grad
+
+
+class PerExample:
+    """One Python value per example: ``_mb_values[b]`` is example ``b``'s.
+    Its own names start with ``_``: every other attribute is the examples'."""
+
+    __slots__ = ("_mb_values", "_listed")
+
+    def __init__(self, values):
+        object.__setattr__(self, "_mb_values", values)
+        object.__setattr__(self, "_listed", None)
+
+    # ------------------------------------------------------------ per lane
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        rows = lane_rows(len(self._mb_values))
+        vals = self._mb_values
+        got = [getattr(vals[b], name) for b in (range(len(vals)) if rows is None else rows)]
+        method = _batched_method(got)
+        if method is not None:   # the same @batch method of every example's object
+            import types
+            return types.MethodType(method, self)
+        return lift(_spread(got, rows, len(vals)), rows)
+
+    def __setattr__(self, name, value):
+        for obj, v in _stores(self, value):
+            setattr(obj, name, v)
+
+    def __delattr__(self, name):
+        for obj, _ in _stores(self, None):
+            delattr(obj, name)
+
+    def __getitem__(self, key):
+        return per_lane(_getitem, (self, key))
+
+    def __setitem__(self, key, value):
+        per_lane(_setitem, (self, key, value))
+
+    def __delitem__(self, key):
+        per_lane(_delitem, (self, key))
+
+    def __call__(self, *args, **kwargs):
+        return per_lane(_call, (self,) + args, kwargs)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return per_lane(func, args, kwargs or {})
+
+    # ------------------------------------------------------------ no single value
+    def _one(self, what):
+        raise TypeError(
+            f"{what} of a per-example value (each example holds its own: "
+            f"{_preview(self._mb_values)}); here it needs one value for all. "
+            f"Write it where @batch runs it per example (a builtin, an operator, a method "
+            f"call or a for loop in the decorated function), or reduce to one value first")
+
+    def __bool__(self):
+        self._one("bool()")
+
+    def __len__(self):
+        self._one("len()")
+
+    def __index__(self):
+        self._one("an int")
+
+    def __int__(self):
+        self._one("int()")
+
+    def __float__(self):
+        self._one("float()")
+
+    def __format__(self, spec):
+        self._one("format()")
+
+    def __contains__(self, item):
+        self._one("'in'")
+
+    def __hash__(self):
+        self._one("hash() (a dict key or a set item)")
+
+    def __iter__(self):
+        """Unpacking (``a, b = pair``): the items of every example, where each
+        example holds the same number of them."""
+        rows = lane_rows(len(self._mb_values))
+        lanes = range(len(self._mb_values)) if rows is None else rows
+        items = {b: list(self._mb_values[b]) for b in lanes}
+        counts = {len(v) for v in items.values()}
+        if len(counts) > 1:
+            raise TypeError(
+                f"the examples hold different numbers of items here ({sorted(counts)}), so "
+                f"they cannot be unpacked into one set of names; a for loop in the decorated "
+                f"function walks each example's own items")
+        for k in range(counts.pop() if counts else 0):
+            yield lift(_spread([items[b][k] for b in lanes], rows, len(self._mb_values)), rows)
+
+    def __repr__(self):
+        return f"PerExample({self._mb_values!r})"
+
+    def _operand(self, func=None):
+        """This value where an op takes tensors: numbers or tensors in every
+        active example (a MaskedBatch), else a TypeError naming the op."""
+        out = lift(self._mb_values, lane_rows(len(self._mb_values)))
+        if type(out) is PerExample:
+            from ...ops._registry import func_name
+            kinds = sorted({type(v).__name__ for v in self._mb_values if v is not GAP})
+            raise TypeError(
+                f"{func_name(func) if func is not None else 'a tensor op'} got a per-example "
+                f"value whose examples hold {', '.join(kinds)}: only numbers and tensors make "
+                f"a batch (each example's value: {_preview(self._mb_values)})")
+        return out
+
+    # ------------------------------------------------------------ lanes
+    def _truth(self):
+        """Each example's truth value, a bool Tensor ``(B,)``."""
+        lanes = _ACTIVE.get()
+        return torch.tensor([v is not GAP and bool(v) for v in self._mb_values], dtype=torch.bool,
+                            device=None if lanes is None else lanes.device)
+
+    def _take(self, idx):
+        """The examples at ``idx`` (a list of lane indices), as a PerExample."""
+        v = self._mb_values
+        return PerExample([v[b] for b in idx])
+
+
+def _binary(op):
+    def f(self, other):
+        return per_lane(op, (self, other))
+
+    def r(self, other):
+        return per_lane(op, (other, self))
+    return f, r
+
+
+def _unary(op):
+    def f(self, *args):
+        return per_lane(op, (self,) + args)
+    return f
+
+
+def _install_operators():
+    import math
+    import operator as o
+    for name in ("add sub mul truediv floordiv mod pow matmul and or xor lshift "
+                 "rshift").split():
+        op = getattr(o, name + "_" if name in ("and", "or") else name)
+        f, r = _binary(op)
+        setattr(PerExample, f"__{name}__", f)
+        setattr(PerExample, f"__r{name}__", r)
+    for name in ("eq ne lt le gt ge").split():
+        setattr(PerExample, f"__{name}__", _binary(getattr(o, name))[0])
+    for name, op in (("neg", o.neg), ("pos", o.pos), ("abs", abs), ("invert", o.invert),
+                     ("round", round), ("trunc", math.trunc), ("floor", math.floor),
+                     ("ceil", math.ceil), ("reversed", lambda v: list(reversed(v)))):
+        setattr(PerExample, f"__{name}__", _unary(op))
+
+
+def _preview(values, n=3):
+    head = ", ".join(repr(v) for v in values[:n])
+    return f"[{head}{', ...' if len(values) > n else ''}]"
+
+
+def _getitem(obj, key):
+    return obj[key]
+
+
+def _setitem(obj, key, value):
+    obj[key] = value
+
+
+def _delitem(obj, key):
+    del obj[key]
+
+
+def _call(f, *args, **kwargs):
+    return f(*args, **kwargs)
+
+
+def _batched_method(got):
+    """The function of bound methods ``got`` if all are one @batch method."""
+    m = got[0] if got else None
+    f = getattr(m, "__func__", None)
+    if f is None or not getattr(f, "__matchbox_batched__", False):
+        return None
+    return f if all(getattr(g, "__func__", None) is f for g in got) else None
+
+
+def _stores(target, value):
+    """``(object, value)`` for each active example of PerExample ``target``;
+    two examples that hold the same object cannot each store their own value."""
+    B = len(target._mb_values)
+    rows = lane_rows(B)
+    lanes = range(B) if rows is None else rows
+    objs = [target._mb_values[b] for b in lanes]
+    col = split(value, B)
+    if type(col) is not _Repeat and len({id(o) for o in objs}) < len(objs):
+        raise ValueError(
+            "two examples hold the same object, so a store into it cannot keep each "
+            "example's own value (the second would overwrite the first); give each example "
+            "an object of its own (copy.deepcopy)")
+    return [(o, col[b]) for o, b in zip(objs, lanes)]
+
+
+# ------------------------------------------------------------------ splitting per lane
+class _Repeat:
+    """The same value in every lane."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __getitem__(self, b):
+        return self.value
+
+
+class _Refs:
+    """Each lane's row of a MaskedBatch."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __getitem__(self, b):
+        return LaneRef(self.batch, b)
+
+
+class Star:
+    """``*value`` in a call made per example: each example's items."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _numbers(x):
+    """Each example's Python number of a per-example scalar."""
+    values = x._data.tolist()
+    if x._mask is not None:
+        held = x._mask.reshape(-1).tolist()
+        values = [v if h else GAP for v, h in zip(values, held)]
+    return values
+
+
+def split(x, B):
+    """``x`` as each lane sees it: an object indexable by lane."""
+    t = type(x)
+    if t is PerExample:
+        return x._mb_values
+    if t is MaskedBatch:
+        if x._data.size(0) != B:
+            raise ValueError(f"a per-example value of {x._data.size(0)} examples meets one of {B}")
+        return _numbers(x) if is_number_batch(x) else _Refs(x)
+    if (t is list or t is tuple) and _has_per_example(x):
+        return _lane_lists(x, B) if t is list else _lanes_of(x, B, t)
+    if t is Star:
+        return split(x.value, B)
+    if t is slice and _has_per_example((x.start, x.stop, x.step)):
+        return [slice(*v) for v in _lanes_of((x.start, x.stop, x.step), B, tuple)]
+    return _Repeat(x)
+
+
+def _is_lane_list(lst):
+    """Is ``lst`` a per-example list (its items held by some examples only)?"""
+    return any(getattr(v, "_listed", None) is not None for v in lst[-1:])
+
+
+def _lane_lists(lst, B):
+    """Each example's own list of ``lst``'s items: those it holds (an item
+    of a per-example list, a step of ``x.unbind(d)``, held by some only)."""
+    from .iterables import presence
+    held = [presence(v) if type(v) is MaskedBatch or type(v) is PerExample else None
+            for v in lst]
+    held = [None if h is None else h.tolist() for h in held]
+    cols = [split(v, B) for v in lst]
+    return [[c[b] for c, h in zip(cols, held) if h is None or h[b]] for b in range(B)]
+
+
+def _lanes_of(seq, B, t):
+    cols = [split(v, B) for v in seq]
+    return [t(c[b] for c in cols) for b in range(B)]
+
+
+def _has_per_example(seq, depth=0):
+    """Does list or tuple ``seq`` hold a per-example value (looking at a
+    long one's ends only, and into nested ones, ``[[i]]``)?"""
+    items = seq if len(seq) <= 16 else (seq[0], seq[-1])
+    for v in items:
+        t = type(v)
+        if t is PerExample or t is MaskedBatch or t is Star or (
+                (t is list or t is tuple) and depth < 3 and v and _has_per_example(v, depth + 1)):
+            return True
+    return False
+
+
+def batch_size(args, kwargs=None):
+    """``(B, like)``: the number of examples of the per-example values among
+    ``args``, and a MaskedBatch among them (for a device and float dtype)."""
+    B, like = None, None
+    for a in list(args) + list((kwargs or {}).values()):
+        if type(a) is Star:
+            a = a.value
+        if type(a) is slice:
+            a = (a.start, a.stop, a.step)
+        if type(a) in (list, tuple) and _has_per_example(a):
+            B2, like2 = batch_size(a)
+            B = B if B is not None else B2
+            like = like if like is not None else like2
+        elif type(a) is PerExample:
+            B = len(a._mb_values) if B is None else B
+        elif type(a) is MaskedBatch:
+            B = a._data.size(0) if B is None else B
+            if like is None or not like._data.is_floating_point():
+                like = a
+    return B, like
+
+
+def per_lane(f, args, kwargs=None, B=None, like=None):
+    """``f(*args, **kwargs)`` run for each active example on its own values."""
+    kwargs = kwargs or {}
+    if B is None:
+        B, like = batch_size(args, kwargs)
+    rows = lane_rows(B)
+    cols = [(type(a) is Star, split(a, B)) for a in args]
+    kcols = {k: split(v, B) for k, v in kwargs.items()}
+    out = []
+    for b in (range(B) if rows is None else rows):
+        lane = []
+        for star, c in cols:
+            if star:
+                lane.extend(c[b])
+            else:
+                lane.append(c[b])
+        try:
+            out.append(f(*lane, **{k: c[b] for k, c in kcols.items()}))
+        except Exception as e:
+            if hasattr(e, "add_note") and B > 1:
+                e.add_note(f"(matchbox: raised for example {b} of the batch, run on its own "
+                           f"values)")
+            raise
+    return lift(_spread(out, rows, B), rows, like)
+
+
+def _spread(vals, rows, B):
+    """The list of ``B`` lane values holding ``vals`` at ``rows`` (None: all)."""
+    if rows is None:
+        return vals
+    out = [GAP] * B
+    for b, v in zip(rows, vals):
+        out[b] = v
+    return out
+
+
+# ------------------------------------------------------------------ putting results together
+_PLAIN = (str, bytes, type(None), type(Ellipsis))
+_NUMBERS = (bool, int, float)
+
+
+def lift(values, rows=None, like=None):
+    """The per-example value whose example ``b`` holds ``values[b]`` (see
+    the module doc); ``rows``: the lanes that hold one (None: all)."""
+    B = len(values)
+    held = values if rows is None else [values[b] for b in rows]
+    if not held:
+        return PerExample(values)
+    v0 = held[0]
+    t0 = type(v0)
+    if all(v is v0 for v in held):
+        return v0
+    if t0 in _NUMBERS and all(type(v) in _NUMBERS for v in held):
+        if all(type(v) is t0 and v == v0 for v in held):
+            return v0
+        return _scalar(values, held, like)
+    if t0 in _PLAIN and all(type(v) is t0 and v == v0 for v in held):
+        return v0
+    if _tensorish(v0) and all(_tensorish(v) for v in held):
+        return _batched(values, B)
+    if t0 is tuple and any(_tensorish(v) for v in v0) \
+            and all(type(v) is tuple and len(v) == len(v0) for v in held):
+        cols = list(zip(*[(GAP,) * len(v0) if v is GAP else v for v in values]))
+        return tuple(lift(list(c), rows, like) for c in cols)
+    if t0 is list and v0 and _tensorish(v0[0]) and all(type(v) is list for v in held):
+        return lane_list(values, rows, like)
+    return PerExample(values)
+
+
+def _tensorish(v):
+    t = type(v)
+    return t is LaneRef or t is MaskedBatch or isinstance(v, torch.Tensor)
+
+
+def _batched(values, B):
+    vals = [LaneRef(v, b) if type(v) is MaskedBatch and v._data.size(0) == B else v
+            for b, v in enumerate(values)]
+    if all(type(v) is LaneRef or v is GAP for v in vals):
+        return gather(vals, B)
+    return stack(vals, B)
+
+
+def _scalar(values, held, like):
+    """Numbers: a per-example scalar (floats in float64, marked as Python
+    floats: they take the dtype of the tensor they meet, core._python_floats)."""
+    floats = False
+    if all(type(v) is bool for v in held):
+        dtype = torch.bool
+    elif all(type(v) is not float for v in held):
+        dtype = torch.long
+    else:
+        dtype, floats = torch.float64, True
+    fill = held[0]
+    device = None if like is None else like._data.device
+    data = torch.tensor([fill if v is GAP else v for v in values], dtype=dtype, device=device)
+    out = _new(data, None, (), bdim=None)
+    if floats:
+        out._pyfloat = True
+    return out
+
+
+def lane_list(values, rows=None, like=None):
+    """A per-example list (``lists.py``) from each lane's Python list:
+    item ``k`` held by the lanes whose list has one."""
+    from .lists import _in_lanes, _tag
+    B = len(values)
+    lens = [len(v) if type(v) is list else 0 for v in values]
+    n = max(lens)
+    out = []
+    for k in range(n):
+        item = lift([v[k] if lens[b] > k else GAP for b, v in enumerate(values)],
+                    [b for b in range(B) if lens[b] > k], like)
+        present = torch.tensor([m > k for m in lens], dtype=torch.bool)
+        if bool(present.all()):
+            out.append(item)
+        else:
+            out.append(_in_lanes(item, present.to(_device(item)), None))
+    if out and min(lens) != n:
+        counts = torch.tensor(lens, dtype=torch.long, device=_device(out[-1]))
+        from .lists import _listed
+        out[-1] = _tag(out[-1], _listed(out[-1])[0], counts, length=len(out))
+    return out
+
+
+def _device(x):
+    return x._data.device if type(x) is MaskedBatch else None
+
+
+def select_values(lanes, a, b):
+    """Per lane: ``a`` where ``lanes`` (a bool Tensor ``(B,)``) else ``b``,
+    for values that are not both tensors or numbers."""
+    B = lanes.numel()
+    pick = lanes.tolist()
+    ca, cb = split(a, B), split(b, B)
+    return lift([ca[i] if p else cb[i] for i, p in enumerate(pick)], None,
+                a if type(a) is MaskedBatch else b if type(b) is MaskedBatch else None)
+
+
+_install_operators()
+_core.PER_EXAMPLE = PerExample
