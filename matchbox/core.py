@@ -1032,6 +1032,9 @@ def relabel(x, bdim):
     y._data, y._cut, y._mask, y.dims = x._data, x._cut, x._mask, x.dims
     y._zero_at, y._rows, y._bdim = x._zero_at, x._rows, bdim
     y._present, y._sizes = x._present, x._sizes
+    listed = getattr(x, "_listed", None)   # (an item of a per-example list stays one)
+    if listed is not None:
+        y._listed = listed
     return y
 
 

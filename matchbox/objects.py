@@ -2,7 +2,7 @@
 import torch
 
 from .core import MaskedBatch
-from .transform.runtime.pyvalues import PerExample, lift
+from .transform.runtime.pyvalues import PerExample, _scalar
 
 __all__ = ["objects", "PerExample"]
 
@@ -26,5 +26,6 @@ def objects(items):
     if any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in items):
         raise TypeError("matchbox.objects takes Python objects; batch tensors with "
                         "MaskedBatch.fromlist(examples, dims)")
-    out = lift(items)
-    return out if type(out) is MaskedBatch else PerExample(items)
+    if all(type(v) in (bool, int, float) for v in items):
+        return _scalar(items, items, None)   # (each example's own, even where all agree)
+    return PerExample(items)

@@ -327,6 +327,9 @@ class Loss(_Adapter):
         p = x._bdim if is_mb(x) else 0
         op = func
         moved = False
+        if p == 0 and any(is_mb(a) and a._bdim is None for a in args[1:]):
+            # a target (1,) made with no batch-of-one dimension: its 1 is one
+            args = (x,) + tuple(_adopted(a, 0, op) for a in args[1:])
         if p != 0 and red == "batchmean" and x.dim() > 0:
             # 'batchmean' divides by size(0) of each example, its own first dim here
             s = storage_dim(x, 0)
@@ -486,6 +489,37 @@ def _sizes(sizes):
     return list(sizes)
 
 
+def _adopted(a, q, op):
+    """MaskedBatch ``a`` with its batch-of-one dimension at ``q`` where a
+    static 1 there can be it (else ``a`` as it is)."""
+    if not is_mb(a) or a._bdim == q:
+        return a
+    try:
+        return adopt(a, q, func_name(op))
+    except ValueError:
+        return a
+
+
+def _padded_sizes(x, sizes, op):
+    """``sizes`` of a view of ``x`` with each per-example size (a per-example
+    int, ``len(sentence)`` under @batch) as the padded size of the dynamic
+    dimension of ``x`` whose sizes it is, which is how a view names it."""
+    out = list(sizes)
+    for i, s in enumerate(sizes):
+        if not is_mb(s):
+            continue
+        n = s.padded_data.reshape(-1).long()
+        for d, dyn in enumerate(x.dims, 1):
+            if dyn and bool((x._lengths(d) == n).all()):
+                out[i] = x.padded_data.size(d)
+                break
+        else:
+            raise NotImplementedError(
+                f"{func_name(op)}: size {i} differs between examples but is not the size of "
+                f"one of the value's dynamic dimensions; write that dimension as -1")
+    return out
+
+
 class View(_Adapter):
     """view / reshape: the batch-of-one dimension goes to a size-1 entry
     of the target that starts at the same place in the flat order (its own
@@ -497,6 +531,10 @@ class View(_Adapter):
     def __call__(self, func, rule, args, kwargs):
         x = args[0]
         sizes = _sizes(args[1:]) if len(args) > 1 else list(kwargs.get("shape", kwargs.get("size", ())))
+        if not self.options.get("like") and any(is_mb(s) for s in sizes):
+            # view(len(words), 1, -1) under @batch
+            sizes = _padded_sizes(x, sizes, func)
+            args, kwargs = (x, *sizes), {}
         if len(sizes) == 1 and isinstance(sizes[0], torch.dtype):
             return _label(rule(relabel(x, 0), sizes[0]), x._bdim)
         if self.options.get("like"):

@@ -425,7 +425,11 @@ def _viewed(x, sizes, op):
         return new(x.padded_data.view(sizes[0]), x._mask, x.dims)
     sizes, dims = _view_target(x, _sizes(sizes), op)
     shape = (x.padded_data.size(0),) + tuple(sizes[1:])
-    data = x.padded_data.view(shape) if op == "view" else x.padded_data.reshape(shape)
+    data = x.padded_data
+    try:
+        data = data.view(shape) if op == "view" else data.reshape(shape)
+    except RuntimeError:   # an example's contiguous value in a batch that is not (the
+        data = data.reshape(shape)   # layout an RNN returns its states in): a copy
     mask = x._mask
     if mask is not None:
         mask = mask.reshape([mask.size(0)] + [s if dyn else 1 for s, dyn in zip(sizes[1:], dims)])

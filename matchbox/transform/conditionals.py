@@ -179,6 +179,8 @@ def _heavy(body, rt):
         if not isinstance(n, gast.Call) or runtime_call(n, rt):
             continue
         func = n.func
+        if runtime_call(func, rt, ("converted",)) and func.args:
+            func = func.args[0]   # rt.converted(self.spell)(...): a call of self.spell
         if isinstance(func, gast.Name):
             if func.id not in _BUILTINS:
                 return True   # helper(h), a module or function held in a variable

@@ -20,6 +20,8 @@ module functions the function does not shadow with a local name are
 routed; calls of other functions, methods and modules are left alone
 (a method of a per-example value runs per example by itself).
 """
+import builtins
+
 import gast
 
 from . import templates
@@ -36,6 +38,7 @@ _MODULES = {"math", "operator", "statistics", "string", "cmath"}
 _TORCH = {"torch.tensor", "torch.as_tensor", "torch.LongTensor", "torch.FloatTensor",
           "torch.DoubleTensor", "torch.BoolTensor", "torch.ones", "torch.zeros", "torch.empty",
           "torch.full"}
+_PY_BUILTINS = set(dir(builtins))
 _COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
 
 
@@ -55,9 +58,9 @@ def _literal(node, kinds=(str,)):
 class _Calls(Pass):
     visit_Lambda = gast.NodeTransformer.generic_visit   # (the earlier passes' lambdas)
 
-    def __init__(self, ctx, names):
+    def __init__(self, ctx, names, self_name):
         super().__init__(ctx)
-        self.names = names
+        self.names, self.self_name = names, self_name
 
     def _rt(self, attr, origin):
         return templates.replace_as_expression(f"rt.{attr}", origin, rt=self.ctx.runtime)
@@ -96,7 +99,18 @@ class _Calls(Pass):
             # d.get(k): a plain container read with a per-example key reads per example
             return templates.stamp(gast.Call(self._rt("method", node), [
                 func.value, templates.constant(func.attr)] + node.args, node.keywords), node)
+        if self._helper(func):   # self.node_forward(...): rewritten too (runtime/converted.py)
+            node.func = templates.stamp(gast.Call(self._rt("converted", node), [func], []), func)
         return node
+
+    def _helper(self, func):
+        """Is ``func`` a method of ``self``?"""
+        if isinstance(func, gast.Attribute):
+            obj = func.value
+            if runtime_call(obj, self.ctx.runtime, ("read",)) and obj.args:
+                obj = obj.args[0]   # (rt.read(self) in a branch or loop)
+            return isinstance(obj, gast.Name) and obj.id == self.self_name
+        return False
 
     def _module(self, node):
         name = _dotted(node)
@@ -171,10 +185,36 @@ class _Calls(Pass):
         return templates.stamp(gast.Call(self._rt("getitem", node), [
             node.value, gast.Tuple(elts=elts, ctx=gast.Load())], []), node)
 
+    def _mapped(self, node):
+        """``[f(w) for w in ws if c]`` -> ``rt.mapped(ws, lambda w: f(w), lambda w: c)``:
+        a list comprehension with one ``for`` over a name, whose element
+        calls something other than a builtin (a per-example iterable then
+        runs it batched, step by step)."""
+        if not isinstance(node, gast.ListComp) or len(node.generators) != 1:
+            return None
+        gen = node.generators[0]
+        if gen.is_async or len(gen.ifs) > 1 or not isinstance(gen.target, gast.Name) or not any(
+                isinstance(n, gast.Call) and not runtime_call(n, self.ctx.runtime)
+                and not (isinstance(n.func, gast.Name) and n.func.id in _PY_BUILTINS)
+                for n in gast.walk(node.elt)):
+            return None
+        node = self.generic_visit(node)
+        gen = node.generators[0]
+
+        def fn(body):
+            return templates.stamp(gast.Lambda(gast.arguments(
+                args=[templates.name(gen.target.id, gast.Param())], posonlyargs=[],
+                vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]), body), node)
+        args = [gen.iter, fn(node.elt)] + [fn(c) for c in gen.ifs]
+        return templates.stamp(gast.Call(self._rt("mapped", node), args, []), node)
+
     def _comprehension(self, node):
         if any(isinstance(n, (gast.NamedExpr, gast.Yield, gast.YieldFrom, gast.Await))
                for n in gast.walk(node)):
             return self.generic_visit(node)
+        mapped = self._mapped(node)
+        if mapped is not None:
+            return mapped
         bound = {n.id for n in gast.walk(node) if isinstance(n, gast.Name)
                  and isinstance(n.ctx, gast.Store)}
         free = [n.id for n in gast.walk(node) if isinstance(n, gast.Name)
@@ -196,4 +236,6 @@ class _Calls(Pass):
 
 
 def transform(fdef, ctx):
-    return _Calls.run(fdef, ctx, local_names(fdef))
+    args = fdef.args.posonlyargs + fdef.args.args
+    self_name = args[0].id if args and args[0].id == "self" else None
+    return _Calls.run(fdef, ctx, local_names(fdef), self_name)

@@ -36,7 +36,8 @@ from .lists import append, extend, getitem, insert, pop
 from .loops import for_loop, while_loop
 from .maps import map_loop
 from .containers import method, mutate
-from .pycalls import call, comprehension, contains, host, is_, isinstance_
+from .converted import converted
+from .pycalls import call, comprehension, contains, host, is_, isinstance_, mapped
 from .pyvalues import PerExample, Star
 from .scalars import bool_, float_, int_, item, len_, shape, size
 from .select import select
@@ -49,4 +50,5 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
            "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "recursive",
            "returned", "call", "comprehension", "contains", "host", "is_", "isinstance_",
-           "PerExample", "Star", "operator", "method", "mutate"]
+           "PerExample", "Star", "operator", "method", "mutate", "converted",
+           "mapped"]

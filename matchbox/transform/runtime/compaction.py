@@ -33,6 +33,7 @@ import torch
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows
+from .pyvalues import GAP, PerExample
 
 _new = MaskedBatch._new
 
@@ -65,10 +66,20 @@ class Compaction:
         self.cache = {}
 
     def full(self, x):
-        return type(x) is MaskedBatch and x.padded_data.size(0) == self.B
+        t = type(x)
+        return t is MaskedBatch and x.padded_data.size(0) == self.B \
+            or t is PerExample and len(x._mb_values) == self.B
 
     def compacted(self, x):
-        return type(x) is MaskedBatch and x.padded_data.size(0) == self.n
+        t = type(x)
+        return t is MaskedBatch and x.padded_data.size(0) == self.n \
+            or t is PerExample and len(x._mb_values) == self.n
+
+    def _row_list(self):
+        rows = self.__dict__.get("_rows_list")
+        if rows is None or rows[0] is not self.rows:
+            rows = self.__dict__["_rows_list"] = (self.rows, self.rows.tolist())
+        return rows[1]
 
     def gather(self, x):
         """The live rows of a full-batch MaskedBatch (cached per iteration)."""
@@ -81,6 +92,8 @@ class Compaction:
         return g
 
     def rows_of(self, x):
+        if type(x) is PerExample:   # (the same objects: a change reaches them)
+            return x._take(self._row_list())
         mask = x._mask
         if mask is not None and mask.size(0) == self.B:
             mask = mask.index_select(0, self.rows)
@@ -116,6 +129,11 @@ class Compaction:
     def expand(self, x):
         """A compacted MaskedBatch as a full-batch one (0 and mask False in
         the other lanes, which callers replace)."""
+        if type(x) is PerExample:
+            values = [GAP] * self.B
+            for b, v in zip(self._row_list(), x._mb_values):
+                values[b] = v
+            return PerExample(values)
         mask = x._mask
         if mask is not None:
             mask = scatter_rows(mask.expand((self.n,) + mask.shape[1:]), self.rows, self.B)

@@ -9,6 +9,7 @@ import torch
 from ..._lanes import active_lanes
 from ...core import MaskedBatch
 from .lists import _listed, reversed_list
+from .pyvalues import PerExample
 
 _new = MaskedBatch._new
 
@@ -40,6 +41,9 @@ def presence(item):
         if m.dim() == 1:
             return m
         return m.reshape(m.size(0), -1).any(1)
+    if type(item) is PerExample:
+        tag = _listed(item)
+        return None if tag is None else tag[0]
     if isinstance(item, (tuple, list)):
         p = None
         for x in item:
@@ -53,6 +57,8 @@ def presence(item):
 def lane_items(iterable):
     if isinstance(iterable, LaneIterable):
         yield from iterable.lane_items()
+    elif type(iterable) is PerExample:   # each example's own items
+        yield from iterable._lane_items()
     else:
         for item in per_example_items(iterable):
             yield item, presence(item)
@@ -190,6 +196,8 @@ def reversed_(seq):
     seq = per_example_items(seq)
     if type(seq) is list:
         return reversed_list(seq)
+    if type(seq) is PerExample:   # each example's own items, reversed
+        return seq.__reversed__()
     if hasattr(seq, "per_example_reversed"):  # the steps of x.unbind(d), d dynamic
         return seq.per_example_reversed()
     if isinstance(seq, LaneRange):

@@ -105,10 +105,13 @@ def materialized(x):
 
 # ------------------------------------------------------------------ gathering
 def _rows_of(x, idx):
-    """Rows ``idx`` (a LongTensor) of MaskedBatch ``x``, with their masks."""
+    """Rows ``idx`` (a LongTensor) of MaskedBatch ``x``, with their masks
+    (a mask of static dims only said which rows hold a value: these do)."""
     mask, present, sizes = x._mask, x._present, x._sizes
     n = x._data.size(0)
-    if mask is not None and mask.size(0) == n:
+    if mask is not None and not any(x.dims):
+        mask = None
+    elif mask is not None and mask.size(0) == n:
         mask = mask.index_select(0, idx)
     if present is not None:
         present = present.index_select(0, idx)
@@ -191,8 +194,7 @@ def gather(refs, B, device=None):
 
 def stack(tensors, B):
     """The MaskedBatch of ``B`` examples whose example ``b`` is Tensor (or
-    LaneRef) ``tensors[b]`` (anything else: no value, a dormant lane's).
-    Examples with a leading 1 keep it as their batch-of-one dimension."""
+    LaneRef) ``tensors[b]`` (anything else: no value, a dormant lane's)."""
     ts = [t.tensor() if type(t) is LaneRef else t for t in tensors]
     real = [t for t in ts if isinstance(t, torch.Tensor)]
     if len({t.dim() for t in real}) > 1:
@@ -202,8 +204,7 @@ def stack(tensors, B):
             f"per value")
     fill = real[0].detach()
     ts = [t if isinstance(t, torch.Tensor) else fill for t in ts]
-    n = fill.dim()
-    bdim = 0 if n and all(t.size(0) == 1 for t in ts) else None
-    sizes = [{t.size(i) for t in ts} for i in range(n)]
-    dims = tuple(len(s) > 1 for i, s in enumerate(sizes) if i != bdim)
-    return MaskedBatch.fromlist(ts, dims, bdim)
+    # no batch-of-one dimension: whether a leading size is 1 in every example
+    # depends on the batch, and the layout must not
+    dims = tuple(len({t.size(i) for t in ts}) > 1 for i in range(fill.dim()))
+    return MaskedBatch.fromlist(ts, dims, None)

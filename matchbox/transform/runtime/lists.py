@@ -23,7 +23,7 @@ from ...ops._registry import uncut
 from .compaction import owned as _owned
 from .conditions import _ALL, _inside, _within
 from .pyslices import item_of
-from .pyvalues import PerExample
+from .pyvalues import PerExample, split
 from .select import _canonical, _full_mask, _lane_view, select
 
 _new = MaskedBatch._new
@@ -37,7 +37,8 @@ _new = MaskedBatch._new
 # list made otherwise, e.g. ``a + b``, is not the one: its counts are
 # recomputed from its items).
 def _listed(x):
-    return getattr(x, "_listed", None) if isinstance(x, MaskedBatch) else None
+    return getattr(x, "_listed", None) if type(x) is MaskedBatch or type(x) is PerExample \
+        else None
 
 
 def _tag(x, presence, counts=None, full=None, length=None):
@@ -78,7 +79,12 @@ def _counts(lst):
 def _in_lanes(v, lanes, like=None):
     """``v`` as a MaskedBatch whose mask is False in the lanes not in ``lanes``
     (so those lanes are not real in it, and the gradient cut that a read
-    made under these lanes left pending is not needed: ``uncut``)."""
+    made under these lanes left pending is not needed: ``uncut``).  A Python
+    value that is not a number (a string, an object) is a PerExample item."""
+    if not isinstance(v, (MaskedBatch, torch.Tensor, bool, int, float)):
+        return _tag(PerExample(list(split(v, lanes.size(0)))) if type(v) is PerExample
+                    or not isinstance(v, (list, tuple)) else PerExample([v] * lanes.size(0)),
+                    lanes)
     if type(v) is MaskedBatch:
         v = _new(uncut(v), v._mask, v.dims, bdim=v._bdim)
     data, mask, dims, bdim = _canonical(v, lanes.size(0), like)
@@ -248,6 +254,8 @@ def _untagged(x):
     """``x`` without the tag of a list item (a copy: the item stays tagged)."""
     if _listed(x) is None:
         return x
+    if type(x) is PerExample:
+        return PerExample(x._mb_values)
     y = object.__new__(MaskedBatch)
     for slot in MaskedBatch.__slots__:
         if slot not in _NOT_COPIED and hasattr(x, slot):
@@ -418,4 +426,5 @@ def _reversed(lst):
     it first, and F.stack packs each example's items itself."""
     if all(_holds(v) is None for v in lst):
         return lst[::-1]
-    return [_tag(_untagged(v), _holds(v)) if type(v) is MaskedBatch else v for v in reversed(lst)]
+    return [_tag(_untagged(v), _holds(v)) if type(v) in (MaskedBatch, PerExample) else v
+            for v in reversed(lst)]

@@ -28,6 +28,7 @@ from .compaction import MapCompaction, codes_of
 from .iterables import zip_
 from .lists import _append_owned
 from .loops import for_loop
+from .pyvalues import PerExample
 from .values import Mixed
 
 _new = MaskedBatch._new
@@ -113,9 +114,9 @@ class map_loop(for_loop):
             reads = self.reads()
         except NameError:  # (one not bound yet on this path)
             return False
-        if any(type(v) is Mixed or type(v) is list and any(
+        if any(type(v) is Mixed or type(v) is PerExample or type(v) is list and any(
                 getattr(x, "_listed", None) is not None for x in v) for v in reads):
-            return False   # (a per-example list, a variable holding ranks that differ)
+            return False   # (a per-example list or Python value, a variable of ranks that differ)
 
         def size(v):
             if type(v) is list:

@@ -8,6 +8,7 @@ they run for each example on its own values (SPEC 4b; the rewrite is
     a in b, a not in b                   ->  rt.contains(a, b), rt.contains(a, b, True)
     a is b, a is not b                   ->  rt.is_(a, b), rt.is_(a, b, True)
     [e for w in ws]                      ->  rt.comprehension(lambda ws: [...], 1, ws)
+    [f(w) for w in ws]                   ->  rt.mapped(ws, lambda w: f(w))
     x.tolist(), x.numpy()                ->  rt.host(x, 'tolist'), rt.host(x, 'numpy')
 
 With no per-example argument each is the plain operation (one extra call).
@@ -23,6 +24,10 @@ import operator
 import torch
 
 from ...core import MaskedBatch
+from .conditions import cond as cond_of, if_true
+from .iterables import LaneIterable
+from .lists import _append_owned
+from .loops import for_loop
 from .pyvalues import PerExample, Star, _has_per_example, _is_lane_list, is_number_batch, \
     per_lane
 
@@ -189,3 +194,27 @@ def host(x, method):
     if type(x) is MaskedBatch or type(x) is PerExample:
         return per_lane(operator.methodcaller(method), (x,))
     return getattr(x, method)()
+
+
+def mapped(iterable, elem, cond=None):
+    """``[elem(t) for t in iterable if cond(t)]`` (a comprehension whose
+    element calls a function or module).  Over a per-example iterable
+    (each example's own items: a PerExample, a per-example list or range)
+    it runs as a ``for`` loop does: step ``k`` computes item ``k`` of every
+    example that has one, in one batched call, and each example's list
+    holds its own results."""
+    if not (type(iterable) is PerExample or isinstance(iterable, LaneIterable)
+            or type(iterable) is list and iterable and _is_lane_list(iterable)):
+        if cond is None:
+            return [elem(t) for t in iterable]
+        return [elem(t) for t in iterable if cond(t)]
+    out = []
+    with for_loop(iterable, None, "list comprehension", None) as loop:
+        for t in loop:
+            if cond is None:
+                _append_owned(out, elem(t), None)
+                continue
+            with if_true(cond_of(cond(t))) as run:
+                if run:
+                    _append_owned(out, elem(t), None)
+    return out

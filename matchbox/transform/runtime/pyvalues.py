@@ -23,6 +23,8 @@ PerExample's item, a per-example scalar's Python number, a MaskedBatch's
 row (a ``LaneRef``).  Dormant lanes (outside the active lanes of a branch
 or loop) run nothing and hold ``GAP`` in results.
 """
+import types
+
 import torch
 
 from ..._lanes import _ACTIVE
@@ -160,6 +162,26 @@ class PerExample:
 
     def __repr__(self):
         return f"PerExample({self._mb_values!r})"
+
+    def _lane_items(self):
+        """``(item, lanes)`` for ``for v in self`` under @batch: item ``k`` of
+        every example whose value has one (``lanes``: those, None: all)."""
+        vals = self._mb_values
+        B = len(vals)
+        rows = lane_rows(B)
+        lanes = range(B) if rows is None else rows
+        items = [GAP] * B
+        for b in lanes:
+            items[b] = list(vals[b])
+        lens = [0 if v is GAP else len(v) for v in items]
+        device = None if _ACTIVE.get() is None else _ACTIVE.get().device
+        for k in range(max(lens, default=0)):
+            held = [b for b in lanes if lens[b] > k]
+            item = lift([v[k] if n > k else GAP for v, n in zip(items, lens)], held)
+            if len(held) == B:
+                yield item, None
+            else:
+                yield item, torch.tensor([n > k for n in lens], dtype=torch.bool, device=device)
 
     def _operand(self, func=None):
         """This value where an op takes tensors: numbers or tensors in every
@@ -418,7 +440,12 @@ def _spread(vals, rows, B):
 
 
 # ------------------------------------------------------------------ putting results together
-_PLAIN = (str, bytes, type(None), type(Ellipsis))
+# what every example may hold as one object: values, callables, modules
+# (not strings: tensors made from one would be plain ones, meant for every
+# example, where the examples' own are batches)
+_SHARED = {MaskedBatch, type(None), type(Ellipsis), bool, int, float, type,
+           types.FunctionType, types.BuiltinFunctionType}
+_SHARED_KINDS = (torch.nn.Module,)
 _NUMBERS = (bool, int, float)
 
 
@@ -431,14 +458,13 @@ def lift(values, rows=None, like=None):
         return PerExample(values)
     v0 = held[0]
     t0 = type(v0)
-    if all(v is v0 for v in held):
-        return v0
+    if t0 in _SHARED or isinstance(v0, _SHARED_KINDS):
+        if all(v is v0 for v in held):
+            return v0   # (an object, a tensor: each example's own, even where they agree)
     if t0 in _NUMBERS and all(type(v) in _NUMBERS for v in held):
         if all(type(v) is t0 and v == v0 for v in held):
             return v0
         return _scalar(values, held, like)
-    if t0 in _PLAIN and all(type(v) is t0 and v == v0 for v in held):
-        return v0
     if _tensorish(v0) and all(_tensorish(v) for v in held):
         return _batched(values, B)
     if t0 is tuple and any(_tensorish(v) for v in v0) \
@@ -493,11 +519,9 @@ def lane_list(values, rows=None, like=None):
     for k in range(n):
         item = lift([v[k] if lens[b] > k else GAP for b, v in enumerate(values)],
                     [b for b in range(B) if lens[b] > k], like)
-        present = torch.tensor([m > k for m in lens], dtype=torch.bool)
-        if bool(present.all()):
-            out.append(item)
-        else:
-            out.append(_in_lanes(item, present.to(_device(item)), None))
+        present = torch.tensor([m > k for m in lens], dtype=torch.bool, device=_device(item))
+        out.append(_in_lanes(item, present, None) if type(item) is MaskedBatch
+                   else _tag(item, present))
     if out and min(lens) != n:
         counts = torch.tensor(lens, dtype=torch.long, device=_device(out[-1]))
         from .lists import _listed
