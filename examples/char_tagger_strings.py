@@ -61,7 +61,6 @@ class CharTagger(nn.Module):
         self.hidden2tag = nn.Sequential(nn.Linear(2 * hidden, mlp), nn.Tanh(),
                                         nn.Linear(mlp, len(t2i)))
 
-    @matchbox.batch
     def word_rep(self, w):
         """A word's vector (1, wdim): its own row if it is frequent, else spelled."""
         if self.counts[w] > 5:

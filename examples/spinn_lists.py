@@ -62,7 +62,6 @@ class SPINN(nn.Module):
         self.compose = nn.Linear(2 * hidden, 5 * hidden)    # i, f_left, f_right, o, u
         self.out = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, classes))
 
-    @matchbox.batch
     def shift(self, word):
         """The stack entry [h, c] (1, 2 * hidden) of a word string."""
         h, c = self.leaf(self.embed(torch.tensor([self.w2i[word]]))).chunk(2, -1)

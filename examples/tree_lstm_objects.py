@@ -83,7 +83,6 @@ class ChildSumTreeLSTM(nn.Module):
         self.fx = nn.Linear(in_dim, mem_dim)
         self.fh = nn.Linear(mem_dim, mem_dim)
 
-    @matchbox.batch
     def node_forward(self, inputs, child_c, child_h):
         """One node: its word vector (in_dim,) and its children's states
         (k, mem_dim) -> its own (c, h), each (1, mem_dim)."""

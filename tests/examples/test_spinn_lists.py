@@ -55,8 +55,8 @@ def test_words_mean_their_digits():
         assert stack == [value] and buffer == [] and len(transitions) == 2 * len(words) - 1
 
 
-@pytest.mark.parametrize("mode,B", [("mixed", 1), ("one", 1), ("one", 5), ("equal", 1), ("equal", 5),
-                                    pytest.param("mixed", 5, marks=needs_core)])
+@pytest.mark.parametrize("B", (1, 5))
+@pytest.mark.parametrize("mode", ("mixed", "one", "equal"))
 def test_batch_equals_per_sentence_loop(mode, B):
     lists, tensors = models()
     data = expressions(B, mode, seed=B)
@@ -65,6 +65,14 @@ def test_batch_equals_per_sentence_loop(mode, B):
     words, transitions = (MaskedBatch.fromlist(list(x), dims=(True,))
                           for x in zip(*(as_tensors(w, t) for w, t, _ in data)))
     torch.testing.assert_close(per_example(scores, B), tensors(words, transitions).examples())
+
+
+@needs_core
+def test_a_batch_of_16_equals_the_loop():
+    """Enough sentences for gathered branches to kick in."""
+    lists, _ = models()
+    data = ex.make_data(16, max_leaves=5, seed=7)
+    assert_batch_equals_loop(lists, lists.loss, data, ex.make_batch(data))
 
 
 @needs_core
