@@ -87,7 +87,8 @@ class Compaction:
         if hit is not None:
             return hit[1]
         g = self.rows_of(x)
-        if torch.is_grad_enabled():  # one made under no_grad has no history for later reads
+        if torch.is_grad_enabled() and type(g) is MaskedBatch:  # (one made under no_grad has
+            # no history for later reads)
             self.cache[id(x)] = (x, g, g.padded_data, g.padded_data._version)
         return g
 
