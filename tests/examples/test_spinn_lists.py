@@ -12,9 +12,6 @@ from matchbox import MaskedBatch
 from matchbox.test_utils import draw_lengths
 from tests.examples._loop import assert_batch_equals_loop, per_example
 
-needs_core = pytest.mark.xfail(strict=True, reason="needs issue #29 core")
-
-
 def expressions(B, mode, seed, max_leaves=5):
     """B random expressions; "one": single words, "equal": the same number
     of words (different trees), "mixed": first one word, last the most."""
@@ -67,7 +64,6 @@ def test_batch_equals_per_sentence_loop(mode, B):
     torch.testing.assert_close(per_example(scores, B), tensors(words, transitions).examples())
 
 
-@needs_core
 def test_a_batch_of_16_equals_the_loop():
     """Enough sentences for gathered branches to kick in."""
     lists, _ = models()
@@ -75,7 +71,6 @@ def test_a_batch_of_16_equals_the_loop():
     assert_batch_equals_loop(lists, lists.loss, data, ex.make_batch(data))
 
 
-@needs_core
 def test_main_learns():
     m = ex.main(steps=4, batch_size=8, max_leaves=4, eval_size=16)
     assert all(math.isfinite(v) for v in m.values())

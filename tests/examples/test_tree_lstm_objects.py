@@ -13,9 +13,6 @@ from examples import tree_lstm_objects as ex
 from matchbox.test_utils import draw_lengths
 from tests.examples._loop import assert_batch_equals_loop
 
-needs_core = pytest.mark.xfail(strict=True, reason="needs issue #29 core")
-
-
 def small_model():
     torch.manual_seed(0)
     return ex.SentimentTreeLSTM(in_dim=6, mem_dim=5).double()
