@@ -3,7 +3,9 @@
 A task module (``bench/tasks/<name>.py``) has ``NAME``, ``TRAINS`` (True when a
 step is forward + backward + optimizer step) and ``build(batch_size, device,
 size, seed) -> dict[str, Variant]`` with variants keyed by the ``KINDS``
-below, all built from the same data and the same initial weights.
+below, all built from the same data and the same initial weights; the four
+tasks of the autobatching paper also have ``build_dynet(batch_size, size,
+seed)``, the ``dynet_*`` variants (CPU only, where DyNet is installed).
 
 Before timing, the runner checks that every variant computes the same
 numbers as the per-example loop: the value of ``run()`` and, for training
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
+
+LR = 1e-4  # every variant's SGD learning rate
 
 KINDS = {
     "per_example": "per-example loop (the example-level code on each example)",
@@ -30,6 +34,8 @@ KINDS = {
     "matchbox_list": "matchbox on the model with its state in Python lists",
     "compiled": "torch.compile of the hand-written variant",
     "matchbox_compiled": "torch.compile of the matchbox variant",
+    "dynet_noauto": "DyNet, one graph per minibatch, autobatching off",
+    "dynet_auto": "DyNet, one graph per minibatch, autobatching on",
 }
 
 
@@ -42,12 +48,18 @@ class Variant:
     of per-example outputs.  ``model`` owns the parameters the optimizer
     steps; ``grads()`` maps logical parameter names to gradients after
     ``run().backward()`` (default: the model's named parameters).
+
+    A variant in another framework (``bench/dynet_tasks``) has no ``model``:
+    ``run()`` gives its loss as a tensor (checked by value only) and
+    ``step()`` is its own whole training step (forward, backward, SGD update
+    at ``LR``).
     """
     run: Callable
     model: Optional[torch.nn.Module] = None
     grads: Optional[Callable[[], dict]] = None
     note: str = ""
     optimizer: object = field(default=None, repr=False)
+    step: Optional[Callable] = None
 
     def named_grads(self):
         if self.grads is not None:
@@ -67,11 +79,13 @@ def sync(device):
 
 def step(variant, trains):
     """One timed unit: forward (+ backward + SGD step when training)."""
+    if variant.step is not None:
+        return variant.step()
     if not trains:
         with torch.no_grad():
             return variant.run()
     if variant.optimizer is None:
-        variant.optimizer = torch.optim.SGD(variant.model.parameters(), lr=1e-4)
+        variant.optimizer = torch.optim.SGD(variant.model.parameters(), lr=LR)
     variant.optimizer.zero_grad(set_to_none=True)
     loss = variant.run()
     loss.backward()
@@ -86,14 +100,15 @@ def _close(a, b, rtol, atol):
 
 def check(variants, trains, rtol=1e-4, atol=1e-5):
     """Raise AssertionError unless every variant agrees with the per-example
-    one (loss and gradients when training, outputs otherwise).  Returns the
+    one (loss and gradients when training, outputs otherwise; the loss
+    only for a variant with no torch ``model``).  Returns the
     seconds each variant's first run took (with its backward): for a
     compiled variant, mostly the time to compile it."""
     ref_name = "per_example" if "per_example" in variants else next(iter(variants))
     results, first = {}, {}
     for name, v in variants.items():
         start = time.perf_counter()
-        if trains:
+        if trains and v.model is not None:
             v.model.zero_grad(set_to_none=True)
             loss = v.run()
             loss.backward()

@@ -99,9 +99,10 @@ class TreeLSTM(nn.Module):
 
 
 # ------------------------------------------------------------------ data
-def random_tree(rng, n_leaves):
+def random_tree(rng, n_leaves, split=None):
     """One tree with ``n_leaves`` random words as (left, right, word, label),
-    each a (1, 2 * n_leaves - 1) long tensor in preorder."""
+    each a (1, 2 * n_leaves - 1) long tensor in preorder.  ``split(rng, n)``
+    gives how many of a node's n leaves go left (default: uniform)."""
     left, right, word, label = [], [], [], []
 
     def build(n):
@@ -111,7 +112,7 @@ def random_tree(rng, n_leaves):
             word[k] = rng.randrange(VOCAB)
             total = word_value(word[k])
         else:
-            m = rng.randint(1, n - 1)
+            m = split(rng, n) if split else rng.randint(1, n - 1)
             left[k], sl = build(m)
             right[k], sr = build(n - m)
             total = sl + sr

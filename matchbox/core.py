@@ -21,10 +21,10 @@ import dis
 import sys
 
 import torch
-import torch.nn.modules.transformer
 import torch.utils._pytree
 
 from . import _lanes
+from ._sizes import ExampleShape, per_example
 
 __all__ = ["MaskedBatch", "mask_from_lengths"]
 
@@ -34,7 +34,8 @@ RULES = {}
 _NO_HOST_VALUE = (
     "cannot turn a MaskedBatch into a single Python value: each example has "
     "its own. Put per-example control flow under @matchbox.batch, or reduce "
-    "explicitly with .any() / .all()."
+    "explicitly with .any() / .all() (a size of a dynamic dimension, x.size(d), is such a "
+    "value: x.size_as_tensor(d) gives the sizes as a Tensor, x.maxsize(d) the padded size)."
 )
 
 
@@ -137,7 +138,6 @@ def empty_sizes(lengths, present):
     return dict(lengths) if bool(hidden.any()) else None
 
 
-_TRANSFORMER_FILE = torch.nn.modules.transformer.__file__
 _SUBSCR = {dis.opmap[n] for n in ("BINARY_SUBSCR", "STORE_SUBSCR") if n in dis.opmap}
 
 
@@ -579,29 +579,19 @@ class MaskedBatch:
     def size(self, dim=None):
         """The per-example size (SPEC section 2): the leading dimension, each
         example's batch of one, has size 1 (``batch_size`` is the number of
-        examples); a static dimension has its size; a dynamic one has no
-        single int (``size()`` raises, naming ``size_as_tensor``; under
-        @batch, ``size(d)`` is a per-example value)."""
+        examples); a static dimension has its size; a dynamic one has a
+        per-example int, and ``size()`` then an ``ExampleShape`` (see
+        ``matchbox/_sizes.py``: where one Python int is needed they raise,
+        naming ``size_as_tensor``, except under @batch)."""
         if dim is None:
-            dyn = [user_dim(self, i + 1) for i, d in enumerate(self.dims) if d]
-            if dyn:
-                raise ValueError(
-                    f"dimensions {dyn} are dynamic (their size differs between examples), "
-                    f"so size() has no single value; use size_as_tensor(d) for per-example "
-                    f"sizes or maxsize(d) for the padded size"
-                    + (" (nn.TransformerEncoder/Decoder read size() of their input: call their "
-                       "layers in a loop instead, `for layer in encoder.layers: x = layer(x)`, "
-                       "then encoder.norm if set)"
-                       if sys._getframe(1).f_code.co_filename == _TRANSFORMER_FILE else ""))
+            if any(self.dims):
+                return ExampleShape(self.size(d) for d in range(self.dim()))
             return self.maxsize()
         d = storage_dim(self, dim)
         if d == 0:
             return 1
         if self.dims[d - 1]:
-            raise ValueError(
-                f"dimension {dim} is dynamic (its size differs between examples), so it has "
-                f"no single int size; use size_as_tensor({dim}) for per-example sizes or "
-                f"maxsize({dim}) for the padded size")
+            return per_example(self._lengths(d))
         return self._data.size(d)
 
     @property
@@ -651,7 +641,13 @@ class MaskedBatch:
             # (table[idx] with a per-example idx); it is one index
             raise TypeError("len() of a 0-d tensor" if self.dim() == 0 else
                             "a MaskedBatch index is one index, not a sequence of them")
-        return self.size(0)
+        n = self.size(0)
+        if type(n) is not int:
+            raise ValueError(
+                "len(x): dimension 0 is dynamic (its size differs between examples), so it has "
+                "no single int size; use size_as_tensor(0) for per-example sizes or maxsize(0) "
+                "for the padded size (under @matchbox.batch, len(x) is each example's own)")
+        return n
 
     def __hash__(self):
         if self._bdim is None and not self.dims:  # x.item(), x.size(d) under @batch
@@ -804,8 +800,9 @@ class MaskedBatch:
             padded.append(torch.nn.functional.pad(e, pad) if any(pad) else e)
         data = torch.cat(padded, 0)
         shape = data.shape
+        # (a dim of size 0 in every example hides the others' sizes from the mask)
         lengths = {i + 1: sizes[:, i].to(data.device) for i, dyn in enumerate(dims)
-                   if dyn and bool((sizes[:, i] != maxes[i]).any())}
+                   if dyn and (maxes[i] == 0 or bool((sizes[:, i] != maxes[i]).any()))}
         present = empty_present(lengths)
         return cls._new(data, mask_from_lengths(lengths, shape, dims), dims, zero=True,
                         bdim=batch_dim, present=present, sizes=empty_sizes(lengths, present))
@@ -823,8 +820,9 @@ class MaskedBatch:
                 f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
                 f"value: {_NO_VALUE_WHY}. Put the per-example loop under @matchbox.batch, or "
                 f"index per example: x[:, i] (negative i counts from each example's own end)")
-        if self._mask is None or not dyn:
-            return [storage_to_example(e, self._bdim) for e in self.padded_data.split(1, 0)]
+        if self._mask is None or not dyn:  # (split of no rows gives one empty part)
+            rows = self.padded_data.split(1, 0) if self.batch_size else ()
+            return [storage_to_example(e, self._bdim) for e in rows]
         lengths = torch.stack([self._lengths(d) for d in dyn], 1).tolist()
         out = []
         for b, ls in enumerate(lengths):
@@ -998,12 +996,6 @@ def storage_dim(x, d, op=None):
     return 0 if d == p else d + (d < p)
 
 
-def user_dim(x, s):
-    """The per-example dimension that storage dimension ``s`` >= 1 is."""
-    p = x._bdim
-    return s - 1 if p is None or s - 1 < p else s
-
-
 def example_to_storage(t, bdim, what="the example"):
     """One example ``t`` (its batch-of-one dimension at ``bdim``, or none)
     as a ``(1, ...)`` slice of batch-first storage."""
@@ -1061,17 +1053,16 @@ def adopt(x, q, what):
     return relabel(y, q)
 
 
-def batch_dim_as_dim(x):
-    """MaskedBatch ``x`` with its batch-of-one dimension as a plain static
-    dimension of size 1, and none (``batch_dim`` None): per example nothing
-    changes, and an op may then name that dimension like any other."""
-    p = x._bdim
-    if p is None:
+def unlabeled(x):
+    """MaskedBatch ``x`` (the same values per example) with its batch-of-one
+    dimension read as a plain static dimension of size 1: it has none.
+    Anything else as it is."""
+    if not isinstance(x, MaskedBatch) or x._bdim is None:
         return x
-    t = p + 1
-    mask = None if x._mask is None else x._mask.unsqueeze(t)
-    sizes = None if x._sizes is None else {d + (d >= t): n for d, n in x._sizes.items()}
-    return MaskedBatch._new(x.padded_data.unsqueeze(t), mask, x.dims[:p] + (False,) + x.dims[p:],
+    p = x._bdim
+    mask = None if x._mask is None else x._mask.unsqueeze(p + 1)
+    sizes = None if x._sizes is None else {d + (d > p): n for d, n in x._sizes.items()}
+    return MaskedBatch._new(x.padded_data.unsqueeze(p + 1), mask, x.dims[:p] + (False,) + x.dims[p:],
                             x._zero, None, x._present, sizes)
 
 

@@ -70,12 +70,14 @@ def test_sizes():
     assert b.size(0) == 1 and b.batch_size == 3 and len(b) == 1  # per example: the leading 1
     assert b.size(2) == 3 and b.size(-1) == 3 and b.size(-3) == 1
     assert b.maxsize(1) == 4 and b.maxsize(0) == 1 and b.maxsize() == (1, 4, 3) and b.dim() == 3
-    with pytest.raises(ValueError, match="size_as_tensor"):
-        b.size(1)
-    with pytest.raises(ValueError, match="size_as_tensor"):
-        b.size()
-    with pytest.raises(ValueError, match="size_as_tensor"):
-        b.shape
+    n = b.size(1)  # a dynamic dim: a per-example int, a plain one nowhere
+    assert n.padded_data.tolist() == [2, 4, 1] and b.shape[1] is not None
+    assert b.size() == b.shape == (1, n, 3) and b.size() != (1, n, 4)
+    assert (b.size() == (1, b.size(1), 3)) is True  # the same sizes in every example
+    assert ((b.size() == (1, 2, 3)).padded_data.tolist()) == [True, False, False]
+    for read in (lambda: range(b.size(1)), lambda: int(b.shape[1]), lambda: b.size().numel()):
+        with pytest.raises((ValueError, TypeError), match="size_as_tensor"):
+            read()
     assert b.size_as_tensor(1).padded_data.tolist() == [2, 4, 1]
     assert b.size_as_tensor(2).padded_data.tolist() == [3, 3, 3]
     assert [e.tolist() for e in b.size_as_tensor(1).examples()] == [[2], [4], [1]]

@@ -197,3 +197,41 @@ def _countdown(x):
 def test_a_batch_of_no_examples_runs_a_while_loop():
     x = MaskedBatch(torch.zeros(0, 3), None, (False,))
     assert _countdown(x).batch_size == 0
+
+
+# ------------------------------------------------------------------ issue 27 item 12: no examples
+def _no_sentences(batch_first=True):
+    """A batch of 0 token sentences, (1, n) each (or (n, 1) sequence-first)."""
+    data = torch.zeros(0, 5, dtype=torch.long)
+    return MaskedBatch.from_padded(data if batch_first else data.t(), torch.zeros(0, dtype=torch.long),
+                                   batch_first=batch_first)
+
+
+torch.manual_seed(0)
+EMB = torch.nn.Embedding(7, 4)
+NO_EXAMPLES = {
+    "lstm_cross_entropy": lambda t: torch.nn.functional.cross_entropy(
+        torch.nn.Linear(4, 7)(torch.nn.LSTM(4, 4, batch_first=True)(EMB(t))[0]).transpose(1, 2), t),
+    "lstm_sequence_first_view": lambda t: torch.nn.functional.cross_entropy(
+        torch.nn.LSTM(4, 7, num_layers=2, bidirectional=True)(EMB(t.t()))[0][..., :7].view(-1, 7),
+        t.view(-1)),
+    "gru_state": lambda t: torch.nn.GRU(4, 3, batch_first=True)(EMB(t))[1][-1],
+    "nll_loss": lambda t: torch.nn.functional.nll_loss(EMB(t).log_softmax(-1).transpose(1, 2),
+                                                       t.clamp(max=3), reduction="sum"),
+    "multihead_attention": lambda t: torch.nn.MultiheadAttention(4, 2, batch_first=True)(
+        EMB(t), EMB(t), EMB(t))[0],
+    "transformer_layer": lambda t: torch.nn.TransformerEncoderLayer(4, 2, 8, batch_first=True)(EMB(t)),
+    "batch_norm": lambda t: torch.nn.BatchNorm1d(4)(EMB(t).transpose(1, 2)),
+    "positive_entries": lambda t: EMB(t)[EMB(t) > 0],
+    "last_step_and_cat": lambda t: torch.cat([EMB(t)[:, -1].unsqueeze(1), EMB(t)], 1),
+}
+
+
+@pytest.mark.parametrize("name", NO_EXAMPLES)
+def test_a_batch_of_no_examples_gives_the_empty_result(name):
+    """nn.LSTM packed its 0 sequences ('Cannot pack empty tensors'), class
+    losses, attention, x[:, -1] and cat reshaped with -1 over 0 entries."""
+    out = NO_EXAMPLES[name](_no_sentences())
+    assert out.batch_size == 0 and out.examples() == []
+    if out.requires_grad:
+        out.backward()

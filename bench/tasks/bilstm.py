@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as TF
 
 import matchbox.functional as F
-from bench.data import lengths
+from bench.data import sentence_lengths
 from bench.harness import Variant, fresh
 from examples.bilstm_tagger import Grammar, Tagger, run_backward, run_forward
 from matchbox import MaskedBatch, batch, example_sum
@@ -100,14 +100,31 @@ def matchbox_loss(model, words, tags):
     return example_sum(model.loss(words, tags, reduction="sum"))
 
 
-def build(batch_size=64, device="cpu", size="small", seed=0, compiled=True):
+def setup(batch_size, size="small", seed=0):
+    """The tagger (seeded initial weights) and ``batch_size`` sentences
+    (words, tags), each (1, n), with ``bench.data``'s lengths for ``size``."""
     torch.manual_seed(seed)
     grammar = Grammar(vocab=1000, seed=seed)
-    model = Tagger(grammar.vocab, grammar.tags, **SIZES[size]).to(device)
-    ns = lengths(batch_size, mean=24, spread=11, low=2, high=80, seed=seed)
+    model = Tagger(grammar.vocab, grammar.tags, **SIZES[size])
     g = torch.Generator().manual_seed(seed)
-    words = [torch.randint(0, grammar.vocab, (n,), generator=g) for n in ns]
-    examples = [(w[None].to(device), grammar.tag(w)[None].to(device)) for w in words]
+    words = [torch.randint(0, grammar.vocab, (n,), generator=g)
+             for n in sentence_lengths(batch_size, size, seed)]
+    return model, [(w[None], grammar.tag(w)[None]) for w in words]
+
+
+def build_dynet(batch_size=64, size="small", seed=0):
+    """DyNet's autobatching off and on (``bench/dynet_tasks``), same
+    sentences and initial weights."""
+    from bench.dynet_tasks import taggers, variants
+    model, examples = setup(batch_size, size, seed)
+    data = [(w[0].tolist(), t[0].tolist()) for w, t in examples]
+    return variants(lambda pc: taggers.Tagger(pc, model), data)
+
+
+def build(batch_size=64, device="cpu", size="small", seed=0, compiled=True):
+    model, examples = setup(batch_size, size, seed)
+    model = model.to(device)
+    examples = [(w.to(device), t.to(device)) for w, t in examples]
 
     per = fresh(model)
     def per_example():

@@ -19,12 +19,12 @@ a row of the embedding table.  Variants:
   ``bench/tasks/bilstm.py``.  Which words are rare and where they go is
   index bookkeeping done once when the batch is built, as the padding is.
 
-Data: sentence lengths as in ``bilstm`` (gamma, mean 24, 2..80 words);
-1000 frequent words with fixed spellings (3..12 letters, mean 5); each word
-is rare with probability ``RARE`` (the paper does not give the share: DyNet's
-benchmark spells the words seen fewer than 5 times in training), and a rare
-word has a fresh spelling of 3..16 letters (mean 8).  Tags are random (the
-cost of a step does not depend on them).
+Data: sentence lengths as in ``bilstm`` (``bench.data``: WikiNER's at the
+paper size); 1000 frequent words with fixed spellings (3..12 letters, mean
+5); each word is rare with probability ``RARE`` (the paper does not give the
+share: DyNet's benchmark spells the words seen fewer than 5 times in
+training), and a rare word has a fresh spelling of 3..16 letters (mean 8).
+Tags are random (the cost of a step does not depend on them).
 
 Sizes: ``paper`` is Appendix C's: 1 layer, word embeddings and word LSTMs
 of 256 each way, character embeddings 64, character LSTMs 128 each way;
@@ -33,7 +33,7 @@ of 256 each way, character embeddings 64, character LSTMs 128 each way;
 import torch
 import torch.nn.functional as TF
 
-from bench.data import lengths
+from bench.data import lengths, sentence_lengths
 from bench.harness import Variant, fresh
 from bench.tasks.bilstm import _direction
 from examples.char_tagger import BLANK, CharTagger, make_batch
@@ -52,14 +52,14 @@ def _spellings(count, mean, spread, low, high, g):
     return [torch.randint(1, 27, (n,), generator=g).tolist() for n in ns]
 
 
-def make_sentences(batch_size, seed=0, rare=RARE):
+def make_sentences(batch_size, seed=0, rare=RARE, size="small"):
     """``batch_size`` sentences in the example's format: word ids (1, n)
     (``FREQUENT`` marks a rare word), letters (1, n, c) blank-padded to the
-    sentence's longest word, tags (1, n)."""
+    sentence's longest word, tags (1, n); ``bench.data``'s lengths for ``size``."""
     g = torch.Generator().manual_seed(seed)
     frequent = _spellings(FREQUENT, 5, 2, 3, 12, g)
     out = []
-    for n in lengths(batch_size, mean=24, spread=11, low=2, high=80, seed=seed):
+    for n in sentence_lengths(batch_size, size, seed):
         is_rare = (torch.rand(n, generator=g) < rare).tolist()
         rares = iter(_spellings(sum(is_rare) or 1, 8, 3, 3, 16, g))
         ids = [FREQUENT if r else int(torch.randint(0, FREQUENT, (), generator=g)) for r in is_rare]
@@ -117,10 +117,27 @@ def hand_loss(model, p):
     return loss.masked_fill(~p.real, 0).sum()
 
 
-def build(batch_size=64, device="cpu", size="small", seed=0, rare=RARE):
+def setup(batch_size, size="small", seed=0, rare=RARE):
+    """The model (seeded initial weights) and ``make_sentences``."""
     torch.manual_seed(seed)
-    model = CharTagger(FREQUENT, TAGS, **SIZES[size]).to(device)
-    sentences = [tuple(x.to(device) for x in s) for s in make_sentences(batch_size, seed, rare)]
+    model = CharTagger(FREQUENT, TAGS, **SIZES[size])
+    return model, make_sentences(batch_size, seed, rare, size)
+
+
+def build_dynet(batch_size=64, size="small", seed=0, rare=RARE):
+    """DyNet's autobatching off and on (``bench/dynet_tasks``), same
+    sentences and initial weights."""
+    from bench.dynet_tasks import taggers, variants
+    model, sentences = setup(batch_size, size, seed, rare)
+    data = [(w[0].tolist(), [[c for c in row if c != BLANK] for row in letters[0].tolist()],
+             t[0].tolist()) for w, letters, t in sentences]
+    return variants(lambda pc: taggers.CharTagger(pc, model), data)
+
+
+def build(batch_size=64, device="cpu", size="small", seed=0, rare=RARE):
+    model, sentences = setup(batch_size, size, seed, rare)
+    model = model.to(device)
+    sentences = [tuple(x.to(device) for x in s) for s in sentences]
 
     per = fresh(model)
     def per_example():

@@ -45,7 +45,8 @@ Variants:
   the transition each sentence takes, and an ``active`` mask for sentences
   that have finished.
 
-Data: sentence lengths as in ``bilstm`` (gamma, mean 24, 2..80 words),
+Data: sentence lengths as in ``bilstm`` (``bench.data``: WikiNER's at the
+paper size),
 random words and POS tags, and a random projective gold tree per sentence
 (the arc-hybrid oracle's setting).  Sizes: ``paper`` is Appendix C's BIST
 defaults: 100-dim word, 25-dim POS embeddings, 200-dim LSTMs (each way, two
@@ -57,7 +58,7 @@ import torch
 import torch.nn as nn
 
 import matchbox
-from bench.data import lengths
+from bench.data import sentence_lengths
 from bench.harness import Variant, fresh
 from bench.tasks.bilstm import _direction
 from examples.bilstm_tagger import BiLSTM
@@ -264,11 +265,12 @@ def random_heads(rng, n):
     return heads
 
 
-def make_sentences(batch_size, seed=0):
-    """``batch_size`` sentences: word ids, tags, heads (1, n + 1), ROOT last."""
+def make_sentences(batch_size, seed=0, size="small"):
+    """``batch_size`` sentences: word ids, tags, heads (1, n + 1), ROOT last;
+    ``bench.data``'s lengths for ``size``."""
     rng = random.Random(seed)
     out = []
-    for n in lengths(batch_size, mean=24, spread=11, low=2, high=80, seed=seed):
+    for n in sentence_lengths(batch_size, size, seed):
         words = [rng.randrange(VOCAB) for _ in range(n)] + [VOCAB]
         tags = [rng.randrange(TAGS) for _ in range(n)] + [TAGS]
         heads = random_heads(rng, n) + [n]
@@ -276,10 +278,25 @@ def make_sentences(batch_size, seed=0):
     return out
 
 
-def build(batch_size=64, device="cpu", size="small", seed=0):
+def setup(batch_size, size="small", seed=0):
+    """The parser (seeded initial weights) and ``make_sentences``."""
     torch.manual_seed(seed)
-    model = Parser(**SIZES[size]).to(device)
-    sentences = [tuple(x.to(device) for x in s) for s in make_sentences(batch_size, seed)]
+    return Parser(**SIZES[size]), make_sentences(batch_size, seed, size)
+
+
+def build_dynet(batch_size=64, size="small", seed=0):
+    """DyNet's autobatching off and on (``bench/dynet_tasks``), same
+    sentences and initial weights."""
+    from bench.dynet_tasks import parser, variants
+    model, sentences = setup(batch_size, size, seed)
+    data = [tuple(x[0].tolist() for x in s) for s in sentences]
+    return variants(lambda pc: parser.Parser(pc, model), data)
+
+
+def build(batch_size=64, device="cpu", size="small", seed=0):
+    model, sentences = setup(batch_size, size, seed)
+    model = model.to(device)
+    sentences = [tuple(x.to(device) for x in s) for s in sentences]
 
     per = fresh(model)
     def per_example():

@@ -2,9 +2,10 @@
 backward + SGD step on a batch of sentence trees, every node classified.
 
 Trees are the example's own format (per-tree ``(1, n)`` left / right / word /
-label tensors in preorder) from its generator, with 2..50 leaves per sentence
-(gamma spread around 20, as in treebanks) and uniformly random binary
-bracketings.  Variants:
+label tensors in preorder) from its generator: at the paper size with the
+Sentiment Treebank's leaf counts and depths (``bench.data``: mean 19 leaves,
+mostly right-branching), at the small size with 2..50 leaves (gamma around
+20) and uniformly random bracketings.  Variants:
 
 - ``per_example``: the recursive example-level model on each tree alone;
 - ``matchbox``: the same recursion under plain ``@matchbox.batch`` on a
@@ -39,7 +40,7 @@ import torch
 import torch.nn.functional as TF
 
 import matchbox
-from bench.data import lengths
+from bench.data import sst_split, tree_leaves
 from bench.harness import Variant, fresh
 from examples.tree_lstm import TreeLSTM, make_batch, random_tree
 from examples.tree_lstm_objects import Tree
@@ -100,17 +101,34 @@ def hand_loss(model, plan):
     return TF.cross_entropy(model.out(h), plan.labels, reduction="sum")
 
 
-def make_trees(batch_size, seed=0):
-    """``batch_size`` random trees with realistic sentence lengths (2..50 leaves)."""
+def make_trees(batch_size, seed=0, size="small"):
+    """``batch_size`` random trees with ``bench.data``'s leaf counts for
+    ``size``; bracketed like the Sentiment Treebank at the paper size,
+    uniformly at random at the small one."""
     rng = random.Random(seed)
-    return [random_tree(rng, n) for n in lengths(batch_size, mean=20, spread=9, low=2,
-                                                 high=50, seed=seed)]
+    split = sst_split if size == "paper" else None
+    return [random_tree(rng, n, split) for n in tree_leaves(batch_size, size, seed)]
+
+
+def setup(batch_size, size="small", seed=0):
+    """The model (seeded initial weights) and ``make_trees``."""
+    torch.manual_seed(seed)
+    return TreeLSTM(**SIZES[size]), make_trees(batch_size, seed, size)
+
+
+def build_dynet(batch_size=64, size="small", seed=0):
+    """DyNet's autobatching off and on (``bench/dynet_tasks``), same trees
+    and initial weights."""
+    from bench.dynet_tasks import treelstm, variants
+    model, trees = setup(batch_size, size, seed)
+    data = [tuple(part[0].tolist() for part in tree) for tree in trees]
+    return variants(lambda pc: treelstm.TreeLSTM(pc, model), data)
 
 
 def build(batch_size=64, device="cpu", size="small", seed=0):
-    torch.manual_seed(seed)
-    model = TreeLSTM(**SIZES[size]).to(device)
-    trees = [tuple(x.to(device) for x in tree) for tree in make_trees(batch_size, seed)]
+    model, trees = setup(batch_size, size, seed)
+    model = model.to(device)
+    trees = [tuple(x.to(device) for x in tree) for tree in trees]
 
     per = fresh(model)
     def per_example():

@@ -10,6 +10,7 @@ rule for an op, look in the module of its family:
 - ``matmul``     matmul, @, bmm, mm, mv, dot
 - ``shape``      view, reshape, transpose, permute, squeeze, cat, stack, ...
 - ``indexing``   x[...], gather, index_select, setitem
+- ``boolean_index``  x[mask] with a bool mask, masked_select (a dynamic count per example)
 - ``nn``         linear, embedding, dropout, layer_norm
 - ``rnn``        RNN / LSTM / GRU cells and whole-sequence nn.LSTM / GRU / RNN
 - ``loss``       cross_entropy, nll_loss, mse_loss
@@ -24,7 +25,7 @@ rule for an op, look in the module of its family:
                  (for values that hold it elsewhere than at 0, or not at all)
 """
 from . import pointwise, reduction, softmax, matmul, shape, indexing, nn, rnn, loss, helpers  # noqa: F401
-from . import sorting  # noqa: F401
+from . import sorting, boolean_index  # noqa: F401
 from . import attention  # noqa: F401
 from . import conv, norm  # noqa: F401
 from . import inplace  # noqa: F401  (last: derives the in-place forms of every rule above)

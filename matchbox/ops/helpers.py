@@ -78,6 +78,13 @@ def causal_mask(x, in_dim, out_dim):
     return new(out, x._mask, x.dims, bdim=x._bdim) if is_mb(x) else out
 
 
+@register_distinct(torch.is_floating_point, torch.Tensor.is_floating_point)
+def is_floating_point(input):
+    """Whether the examples' dtype is floating point (nn.MultiheadAttention
+    asks it of a key_padding_mask)."""
+    return input.dtype.is_floating_point
+
+
 def _like(fn):
     """``torch.zeros_like(x)`` and kin: a fresh value per entry, x's mask and dims."""
     def rule(input, *args, **kwargs):

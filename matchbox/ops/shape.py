@@ -54,7 +54,7 @@ from .. import _lanes
 from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, lengths_presence, neutralize, new,
                         norm_dim, prefix_mask, real_mask, register_distinct)
 from .helpers import helper
-from ..core import MaskedBatch, batch_dim_as_dim, relabel, storage_dim
+from ..core import MaskedBatch, unlabeled, relabel, storage_dim
 
 T = torch.Tensor
 
@@ -90,7 +90,7 @@ def gather_line(t, d, index):
     if d == 1 and t.dim() > 2 and t.is_contiguous():
         n = t.size(1)
         rows = index + torch.arange(0, B * n, n, device=index.device).unsqueeze(1)
-        return t.reshape(B * n, -1).index_select(0, rows.reshape(-1)).view((B, K) + t.shape[2:])
+        return t.reshape(B * n, t.shape[2:].numel()).index_select(0, rows.reshape(-1)).view((B, K) + t.shape[2:])
     shape = list(t.shape)
     shape[d] = K
     view = [1] * t.dim()
@@ -150,7 +150,9 @@ def _permuted(x, perm, op):
     if perm == list(range(len(perm))):
         return x
     mask = None if x._mask is None else x._mask.permute(perm)
-    return new(x.padded_data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero)
+    sizes = None if x._sizes is None else {perm.index(d): n for d, n in x._sizes.items()}
+    return new(x.padded_data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero,
+               present=x._present, sizes=sizes)
 
 
 # ------------------------------------------------------------------ transpose / permute
@@ -528,7 +530,7 @@ def repeat(x, *sizes):
 def _repeat_per_example(x, reps):
     """``repeat`` of examples with no batch-of-one dimension in front, or by
     per-example counts: on the examples' whole shape (``batch_dim`` None)."""
-    y = batch_dim_as_dim(x)
+    y = unlabeled(x)
     if len(reps) < y.dim():
         raise ValueError(f"repeat{tuple(reps)}: fewer sizes than the examples' {y.dim()} dims")
     for _ in range(len(reps) - y.dim()):

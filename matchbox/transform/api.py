@@ -13,6 +13,7 @@ from . import (assignments, break_statements, calls, conditionals, continue_stat
                sibling_calls, unsupported)
 from .analysis import loop_temporaries
 from .effects import owned_names
+from .buffers import owned_buffers
 from .maps import map_loops
 from .naming import Namer
 from .parser import load_function, parse_function, unparse
@@ -53,6 +54,8 @@ class Context:
         # locals bound only to values made in the function (a container of its
         # own becomes one per example where examples change it differently)
         self.owned = owned_names(fdef)
+        # locals holding a Tensor of the function's own (buffers.py)
+        self.owned_buffers = owned_buffers(fdef)
         # for loops whose iterations share no state (maps.py), run as one
         self.map_loops = map_loops(fdef) if compact is None else {}
 
@@ -61,6 +64,16 @@ class Context:
 #: an error raised in code they call can tell that code runs inside a @batch
 #: call without being rewritten (core's messages for .item(), bool() ...).
 CONVERTED_CODES = weakref.WeakSet()
+
+
+def _function_codes(code):
+    """``code`` and the code objects nested in it (its lambdas)."""
+    out, todo = set(), [code]
+    while todo:
+        c = todo.pop()
+        out.add(c)
+        todo.extend(k for k in c.co_consts if hasattr(k, "co_consts"))
+    return out
 
 
 def _disabled():
@@ -75,9 +88,9 @@ def convert(fn, max_iterations=None, compact=None, merge_calls=None):
     for p in PASSES:
         fdef = p.transform(fdef, ctx)
     source = "".join(f"# {note}\n" for note in ctx.notes) + unparse(fdef)
-    new = load_function(fdef, fn, origin, ctx.runtime, runtime)
+    new = load_function(fdef, fn, origin, ctx.runtime, runtime.function_runtime())
     new.__matchbox_source__ = source
-    CONVERTED_CODES.update(runtime.compaction.function_codes(new.__code__))
+    CONVERTED_CODES.update(_function_codes(new.__code__))
     new.__matchbox_batched__ = True
     return new
 

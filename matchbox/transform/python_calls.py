@@ -8,7 +8,6 @@ the runtime (``runtime/pycalls.py``), so each example computes its own
     "{}-{}".format(a, b), ", ".join(ws)  ->  rt.call("{}-{}".format, a, b), ...
     f"len{n:>3}"                         ->  rt.call(lambda v0: f"len{v0:>3}", n)
     "%.1f" % v, [0.0] * n, "-" * n       ->  rt.call(operator.mod, "%.1f", v), ...
-    isinstance(x, T)                     ->  rt.isinstance_(x, T)
     a in b, a not in b                   ->  rt.contains(a, b), rt.contains(a, b, True)
     a is b, a is not b                   ->  rt.is_(a, b), rt.is_(a, b, True)
     [f(c) for c in w if p(c)]            ->  rt.comprehension(lambda w: [...], 1, w)
@@ -85,9 +84,6 @@ class _Calls(Pass):
     def visit_Call(self, node):
         self.generic_visit(node)
         func = node.func
-        if isinstance(func, gast.Name) and func.id == "isinstance" and "isinstance" not in \
-                self.names and len(node.args) == 2 and not node.keywords:
-            return templates.stamp(gast.Call(self._rt("isinstance_", node), node.args, []), node)
         if isinstance(func, gast.Attribute) and func.attr in ("tolist", "numpy") \
                 and not node.args and not node.keywords and _dotted(func.value) != "torch":
             return templates.stamp(gast.Call(self._rt("host", node), [

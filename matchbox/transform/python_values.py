@@ -13,6 +13,12 @@ Python value on anything else:
     lst.pop(), lst.pop(i)      ->  rt.pop(lst), rt.pop(lst, i)
     v[i], v[a:b:c]             ->  rt.getitem(v, i), rt.getitem(v, slice(a, b, c))
     not v                      ->  rt.not_(v)      (outside if/while tests too)
+    isinstance(v, cls)         ->  rt.isinstance_(v, cls)
+    torch.is_tensor(v),        ->  rt.tensor_call(torch.is_tensor, v),
+    Variable(v, ...)               rt.tensor_call(Variable, v, ...)
+                                   (any call so named; the runtime checks which)
+
+A MaskedBatch holds one Tensor per example, so these answer as for a Tensor.
 
 Only the builtins are rewritten (not a local variable named ``len``), and
 only a subscript whose index is not a tuple (``x[:, i]`` cannot index a
@@ -27,6 +33,7 @@ from .passes import Pass
 _METHODS = {"size": "size", "item": "item", "pop": "pop"}
 _BUILTINS = {"len": "len_", "int": "int_", "float": "float_", "bool": "bool_",
              "reversed": "reversed_"}
+_TENSOR_CALLS = {"is_tensor", "Variable"}
 
 
 class _Values(Pass):
@@ -59,9 +66,20 @@ class _Values(Pass):
             node.args = [self.visit(node.args[0])]
             node.func = self._rt(_BUILTINS[func.id], func)
             return node
+        if isinstance(func, gast.Name) and func.id == "isinstance" and func.id not in self.names \
+                and len(node.args) == 2 and not node.keywords:
+            node.args = [self.visit(a) for a in node.args]
+            node.func = self._rt("isinstance_", func)
+            return node
         if isinstance(func, gast.Attribute) and self._runtime(func.value):
             node.args = [self.visit(a) for a in node.args]
             node.keywords = [self.visit(k) for k in node.keywords]
+            return node
+        name = func.id if isinstance(func, gast.Name) else getattr(func, "attr", None)
+        if name in _TENSOR_CALLS:
+            self.generic_visit(node)
+            node.args = [node.func] + node.args
+            node.func = self._rt("tensor_call", func)
             return node
         return self.generic_visit(node)
 

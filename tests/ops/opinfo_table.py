@@ -74,6 +74,8 @@ SKIP = {
     "nn.functional.alpha_dropout": "random values",
     "nn.functional.rrelu": "random values (its samples train)",
     "multinomial": "random values", "bernoulli": "random values",
+    "nn.functional.multi_head_attention_forward": "random values (its first sample trains "
+                                                  "with dropout 0.5)",
 }
 
 # Known rule bugs this test found and that are not fixed yet: case id ->

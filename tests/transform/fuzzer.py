@@ -14,8 +14,9 @@ other binding forms (``no_grad`` blocks, walrus in ``if`` and ``while``
 tests, dict and list item
 stores, append and extend, a pure nested function, returns of another
 per-example rank, losses with each reduction accumulated, size reads in
-arithmetic), and checks each batched run against per-example runs
-(values and gradients) with ``mb_test``.  A few programs hold a construct
+arithmetic, softmax with no dim on each placement), and checks each
+batched run against per-example runs (values and gradients) with
+``mb_test``.  A few programs hold a construct
 that ``@batch`` must refuse at decoration (``try``/``except``, a nested
 function that changes an enclosing list); for them the check is that it
 does.
@@ -210,11 +211,19 @@ class ProgramGenerator:
         block, a walrus in an ``if`` test, a dict or list item store, an
         append or extend, a call of a pure nested function, a return of
         another per-example rank, a loss with each reduction added to an
-        accumulator (each example's own loss), or a size read
-        (``x.size(0)``, ``len(x)``: 1 per example) used in arithmetic."""
+        accumulator (each example's own loss), a size read (``x.size(0)``,
+        ``len(x)``: 1 per example) used in arithmetic, or a softmax with no
+        dim on each placement of ``s`` (torch's implicit dim, read on each
+        example's rank, is a size-1 dim there, so it is exact; the wrong
+        one would be ``s``'s steps)."""
         pad = "    " * indent
         f, g = self.rng.choice(FLOATS), self.rng.choice(FLOATS)
-        kind = self.rng.randrange(11)
+        kind = self.rng.randrange(12)
+        if kind == 11:  # (1, n, 1), (n, 1) with no batch-of-one dim, (n, 1) sequence-first
+            form, total = self.rng.choice([("s", "sum(1)"), ("s[0]", "sum(0)"),
+                                           ("s.transpose(0, 1).squeeze(-1)", "sum(0)")])
+            fn = self.rng.choice(["softmax", "log_softmax", "softmin"])
+            return [f"{pad}{f} = {f} + F.{fn}({form}).{total} * 0.25"]
         if kind == 10:  # a size read used in arithmetic: per example, x.size(0) is 1
             read = self.rng.choice(["x.size(0)", "x.shape[0]", "len(x)", "s.size(0)"])
             return [f"{pad}{f} = {f} / {read} + {g} * ({read} - 1)"]

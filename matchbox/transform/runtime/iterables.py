@@ -8,8 +8,8 @@ import torch
 
 from ..._lanes import active_lanes
 from ...core import MaskedBatch
-from .lists import _listed, reversed_list
-from .pyvalues import PerExample
+from .list_items import reversed_list
+from .pyvalues import PerExample, held_by
 
 _new = MaskedBatch._new
 
@@ -31,19 +31,8 @@ class LaneIterable:
 
 def presence(item):
     """The lanes in which ``item`` exists (None: all), read from masks."""
-    if isinstance(item, MaskedBatch):
-        m = item._mask
-        if m is None:
-            return None
-        tag = _listed(item)
-        if tag is not None:
-            return tag[0]
-        if m.dim() == 1:
-            return m
-        return m.reshape(m.size(0), -1).any(1)
-    if type(item) is PerExample:
-        tag = _listed(item)
-        return None if tag is None else tag[0]
+    if type(item) is MaskedBatch or type(item) is PerExample:
+        return held_by(item)
     if isinstance(item, (tuple, list)):
         p = None
         for x in item:

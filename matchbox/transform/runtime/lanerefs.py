@@ -13,7 +13,7 @@ own Tensor (:meth:`LaneRef.tensor`, a slice of the batch cut to its sizes).
 """
 import torch
 
-from ...core import MaskedBatch, batch_dim_as_dim, storage_to_example
+from ...core import MaskedBatch, unlabeled, storage_to_example
 
 _new = MaskedBatch._new
 
@@ -125,7 +125,7 @@ def _common(sources):
     """The sources as one MaskedBatch, concatenated along the batch (padded
     to the larger size along each dimension, which is then dynamic)."""
     if len({s._bdim for s in sources}) > 1:   # (1, d) per example with and without one in front
-        sources = [batch_dim_as_dim(s) for s in sources]
+        sources = [unlabeled(s) for s in sources]
     first = sources[0]
     if any(s.dim() != first.dim() for s in sources):
         raise ValueError(

@@ -4,7 +4,6 @@ they run for each example on its own values (SPEC 4b; the rewrite is
 
     min(a, b), math.sqrt(n), str(n) ...  ->  rt.call(f, a, b)
     f"len{n}", "%.1f" % v                ->  rt.call(lambda v0: f"len{v0}", n), ...
-    isinstance(x, T)                     ->  rt.isinstance_(x, T)
     a in b, a not in b                   ->  rt.contains(a, b), rt.contains(a, b, True)
     a is b, a is not b                   ->  rt.is_(a, b), rt.is_(a, b, True)
     [e for w in ws]                      ->  rt.comprehension(lambda ws: [...], 1, ws)
@@ -140,17 +139,6 @@ _ADAPTERS.update({f: _tensor for f in (torch.tensor, torch.as_tensor, *_DTYPES)}
 
 
 # ------------------------------------------------------------------ operators
-def isinstance_(x, cls):
-    """``isinstance(x, cls)``: a MaskedBatch is, to each example, a Tensor
-    (or, one number per example without gradient, a Python number)."""
-    t = type(x)
-    if t is PerExample or t is MaskedBatch and is_number_batch(x):
-        return per_lane(isinstance, (x, cls))
-    if t is MaskedBatch:
-        return isinstance(x, cls) or issubclass(torch.Tensor, cls)
-    return isinstance(x, cls)
-
-
 def _not(v):
     if type(v) is MaskedBatch:
         return MaskedBatch._new(~v._data if v._data.dtype == torch.bool else v._data == 0,
@@ -196,25 +184,25 @@ def host(x, method):
     return getattr(x, method)()
 
 
-def mapped(iterable, elem, cond=None):
+def mapped(owner, iterable, elem, cond=None):
     """``[elem(t) for t in iterable if cond(t)]`` (a comprehension whose
-    element calls a function or module).  Over a per-example iterable
-    (each example's own items: a PerExample, a per-example list or range)
-    it runs as a ``for`` loop does: step ``k`` computes item ``k`` of every
-    example that has one, in one batched call, and each example's list
-    holds its own results."""
+    element calls a function or module; ``owner``: the calling function's
+    runtime).  Over a per-example iterable (each example's own items: a
+    PerExample, a per-example list or range) it runs as a ``for`` loop
+    does: step ``k`` computes item ``k`` of every example that has one, in
+    one batched call, and each example's list holds its own results."""
     if not (type(iterable) is PerExample or isinstance(iterable, LaneIterable)
             or type(iterable) is list and iterable and _is_lane_list(iterable)):
         if cond is None:
             return [elem(t) for t in iterable]
         return [elem(t) for t in iterable if cond(t)]
     out = []
-    with for_loop(iterable, None, "list comprehension", None) as loop:
+    with for_loop(owner, iterable, None, "list comprehension", None) as loop:
         for t in loop:
             if cond is None:
                 _append_owned(out, elem(t), None)
                 continue
-            with if_true(cond_of(cond(t))) as run:
+            with if_true(owner, cond_of(cond(t))) as run:
                 if run:
                     _append_owned(out, elem(t), None)
     return out

@@ -353,12 +353,20 @@ def _is_lane_list(lst):
     return any(getattr(v, "_listed", None) is not None for v in lst[-1:])
 
 
+def held_by(item):
+    """The lanes (bool ``(B,)``) that hold ``item`` of a per-example list or
+    of ``x.unbind(d)``'s steps (None: every lane)."""
+    tag = getattr(item, "_listed", None) if type(item) in (MaskedBatch, PerExample) else None
+    if tag is not None:
+        return tag[0]
+    m = item._mask if type(item) is MaskedBatch else None
+    return None if m is None else m if m.dim() == 1 else m.reshape(m.size(0), -1).any(1)
+
+
 def _lane_lists(lst, B):
     """Each example's own list of ``lst``'s items: those it holds (an item
     of a per-example list, a step of ``x.unbind(d)``, held by some only)."""
-    from .iterables import presence
-    held = [presence(v) if type(v) is MaskedBatch or type(v) is PerExample else None
-            for v in lst]
+    held = [held_by(v) for v in lst]
     held = [None if h is None else h.tolist() for h in held]
     cols = [split(v, B) for v in lst]
     return [[c[b] for c, h in zip(cols, held) if h is None or h[b]] for b in range(B)]
@@ -511,7 +519,6 @@ def _scalar(values, held, like):
 def lane_list(values, rows=None, like=None):
     """A per-example list (``lists.py``) from each lane's Python list:
     item ``k`` held by the lanes whose list has one."""
-    from .lists import _in_lanes, _tag
     B = len(values)
     lens = [len(v) if type(v) is list else 0 for v in values]
     n = max(lens)
@@ -519,28 +526,33 @@ def lane_list(values, rows=None, like=None):
     for k in range(n):
         item = lift([v[k] if lens[b] > k else GAP for b, v in enumerate(values)],
                     [b for b in range(B) if lens[b] > k], like)
-        present = torch.tensor([m > k for m in lens], dtype=torch.bool, device=_device(item))
-        out.append(_in_lanes(item, present, None) if type(item) is MaskedBatch
-                   else _tag(item, present))
+        device = item._data.device if type(item) is MaskedBatch else None
+        present = torch.tensor([m > k for m in lens], dtype=torch.bool, device=device)
+        out.append(held_item(item, present))
     if out and min(lens) != n:
-        counts = torch.tensor(lens, dtype=torch.long, device=_device(out[-1]))
-        from .lists import _listed
-        out[-1] = _tag(out[-1], _listed(out[-1])[0], counts, length=len(out))
+        counts = torch.tensor(lens, dtype=torch.long, device=present.device)
+        out[-1]._listed = (out[-1]._listed[0], counts, None, len(out))
     return out
 
 
-def _device(x):
-    return x._data.device if type(x) is MaskedBatch else None
-
-
-def select_values(lanes, a, b):
-    """Per lane: ``a`` where ``lanes`` (a bool Tensor ``(B,)``) else ``b``,
-    for values that are not both tensors or numbers."""
-    B = lanes.numel()
-    pick = lanes.tolist()
-    ca, cb = split(a, B), split(b, B)
-    return lift([ca[i] if p else cb[i] for i, p in enumerate(pick)], None,
-                a if type(a) is MaskedBatch else b if type(b) is MaskedBatch else None)
+def held_item(x, lanes):
+    """``x`` as an item of a per-example list held by ``lanes`` only (its
+    mask False elsewhere; tagged ``_listed``, as ``lists.append`` tags)."""
+    if type(x) is MaskedBatch:
+        data, m = x.padded_data, x._mask
+        view = lanes.view((-1,) + (1,) * (data.dim() - 1))
+        if m is not None or any(x.dims):
+            view = x.mask.expand((data.size(0),) + tuple(
+                n if d else 1 for n, d in zip(data.shape[1:], x.dims))) & view
+        x = _new(data, view, x.dims, bdim=x._bdim, present=x._present, sizes=x._sizes)
+    elif type(x) in _NUMBERS:
+        x = _scalar([x] * lanes.numel(), [x], None)
+    elif type(x) is not PerExample:
+        x = PerExample([x] * lanes.numel())
+    else:
+        x = PerExample(x._mb_values)
+    x._listed = (lanes, None, None, None)
+    return x
 
 
 _install_operators()

@@ -4,8 +4,9 @@ given lanes and ``b`` in the others, for every kind of per-example value
 and widening dynamic dimensions where the two differ."""
 import torch
 
-from ...core import MaskedBatch, batch_dim_as_dim, example_to_storage
-from .pyvalues import PerExample, select_values
+from ...core import MaskedBatch, example_to_storage, unlabeled
+from ...ops._registry import presence
+from .pyvalues import PerExample, lift, split
 
 _new = MaskedBatch._new
 
@@ -154,7 +155,7 @@ def _select(lanes, a, b):
     B = lanes.size(0)
     if type(a) is MaskedBatch and type(b) is MaskedBatch and a._bdim != b._bdim \
             and a.dim() == b.dim():   # (1, d) per example with and without one in front
-        a, b = batch_dim_as_dim(a), batch_dim_as_dim(b)
+        a, b = unlabeled(a), unlabeled(b)
     da, ma, dimsa, pa = _canonical(a, B, b)
     db, mb, dimsb, pb = _canonical(b, B, a)
     if da.dim() != db.dim() or pa != pb:
@@ -199,7 +200,6 @@ def _present(lanes, a, b):
     pb = b._present if isinstance(b, MaskedBatch) else None
     if pa is None and pb is None:
         return None
-    from ...ops._registry import presence
     ones = torch.ones_like(lanes)
     qa = presence(a) if isinstance(a, MaskedBatch) else None
     qb = presence(b) if isinstance(b, MaskedBatch) else None
@@ -235,3 +235,13 @@ def _pad_to(x, mask, xdims, dims, other):
         else:
             out_shape.append(1)
     return m.expand(out_shape)
+
+
+def select_values(lanes, a, b):
+    """Per lane: ``a`` where ``lanes`` (a bool Tensor ``(B,)``) else ``b``,
+    for values that are not both tensors or numbers."""
+    B = lanes.numel()
+    pick = lanes.tolist()
+    ca, cb = split(a, B), split(b, B)
+    return lift([ca[i] if p else cb[i] for i, p in enumerate(pick)], None,
+                a if type(a) is MaskedBatch else b if type(b) is MaskedBatch else None)
