@@ -166,6 +166,11 @@ class _Effects:
         self.owned = owned_names(fdef)
         self.outer = declared_outer(fdef)
         self.found = []
+        # the arguments (not self): a store into one's attribute (tree.state = h)
+        # is each call's own when the calls' objects differ (runtime/calls.py
+        # stacks per-example objects only when they do)
+        args = fdef.args.posonlyargs + fdef.args.args
+        self.objects = param_names(fdef) - {args[0].id if args and args[0].id == "self" else None}
 
     def add(self, node, what):
         self.found.append((getattr(node, "lineno", 0) or 0, what))
@@ -182,6 +187,9 @@ class _Effects:
             if isinstance(n, gast.Name) and isinstance(n.ctx, (gast.Store, gast.Del)) \
                     and n.id in self.outer:
                 self.add(n, f"writes to '{n.id}', a global or nonlocal variable")
+            elif isinstance(n, gast.Attribute) and isinstance(n.ctx, gast.Store) \
+                    and isinstance(n.value, gast.Name) and n.value.id in self.objects:
+                continue   # node.state = h: the call's own object
             elif isinstance(n, (gast.Attribute, gast.Subscript)) \
                     and isinstance(n.ctx, (gast.Store, gast.Del)) and self._shared(n.value):
                 kind = "an attribute of" if isinstance(n, gast.Attribute) else "an item of"

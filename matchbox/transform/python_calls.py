@@ -225,8 +225,11 @@ class _Calls(Pass):
             args=[templates.name(p, gast.Param()) for p in names], posonlyargs=[], vararg=None,
             kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]), node)
         n_iter = templates.constant(len(set(free) & iters))
+        # (in a branch or loop, read as any read there is: the gathered rows)
+        values = [templates.replace_as_expression("rt.read(x)", node, rt=self.ctx.runtime, x=p)
+                  if self.depth else templates.name(p) for p in names]
         return templates.stamp(gast.Call(self._rt("comprehension", node), [
-            templates.stamp(fn, node), n_iter] + [templates.name(p) for p in names], []), node)
+            templates.stamp(fn, node), n_iter] + values, []), node)
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 

@@ -96,11 +96,16 @@ class _Merger:
         return run if len(run) > 1 else []
 
     def _child_loop(self, stmt):
-        """The list and the call of ``for c in kids: lst.append(f(args))``."""
+        """The list and the call of ``for c in kids: lst.append(f(args))``
+        (the list None for ``for c in kids: f(args)``)."""
         if not (isinstance(stmt, gast.For) and not stmt.orelse and len(stmt.body) == 1
                 and isinstance(stmt.body[0], gast.Expr)):
             return None
         append = stmt.body[0].value
+        if isinstance(append, gast.Call) and self._recursive_call(gast.Assign(
+                targets=[gast.Name(id="_", ctx=gast.Store(), annotation=None, type_comment=None)],
+                value=append)):
+            return None, append   # f(tree.children[i]): what the call changes is all it does
         if not (isinstance(append, gast.Call) and isinstance(append.func, gast.Attribute)
                 and append.func.attr == "append" and isinstance(append.func.value, gast.Name)
                 and len(append.args) == 1 and not append.keywords):
@@ -125,7 +130,8 @@ class _Merger:
             """, loop, calls=calls, rt=self.ctx.runtime, f=call.func,
             auto=gast.Constant(value=self.auto, kind=None))
         defer = templates.replace_as_expression("calls.defer(lst)", loop.body[0], calls=calls,
-                                                lst=lst)
+                                                lst=lst if lst is not None else
+                                                templates.constant(None))
         defer.args += call.args
         loop.body[0].value = defer
         return [start, loop, end]

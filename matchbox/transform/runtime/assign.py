@@ -202,13 +202,28 @@ def _own_copies(t, key, value, name, own, op=None):
     return MaskedBatch._new(t.expand(B, *t.shape), None, (False,) * t.dim(), bdim=None)
 
 
+def _expanded(comp, value):
+    if isinstance(value, tuple):
+        return tuple(_expanded(comp, v) for v in value)
+    return comp.expand(value) if type(value) is MaskedBatch and comp.compacted(value) else value
+
+
 def setattr_(owner, obj, name, value):
     """``obj.name = value`` for the active lanes (each active example's own
     object, where ``obj`` is a PerExample: the others keep theirs)."""
+    comp = owned(owner)
     if type(obj) is PerExample:
-        setattr(obj, name, value)
+        if comp is not None and comp.full(obj):
+            # in a gathered branch: the value at the full batch, stored by the
+            # branch's lanes, as a variable's is (one layout for every lane)
+            token = _ACTIVE.set(comp.lanes(_ACTIVE.get()))
+            try:
+                setattr(obj, name, _expanded(comp, value))
+            finally:
+                _ACTIVE.reset(token)
+        else:
+            setattr(obj, name, value)
         return
     old = getattr(obj, name, None)
-    comp = owned(owner)
     setattr(obj, name, _assign(old, value) if comp is None
             else _compacted_assign(comp, old, value, keep=False))

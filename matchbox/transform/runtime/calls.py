@@ -6,6 +6,7 @@ from ...core import MaskedBatch
 from ...ops._registry import scatter_rows, uncut
 from .compaction import owned
 from .lists import _append_owned
+from .pyvalues import GAP, PerExample
 from .values import Mixed
 
 _new = MaskedBatch._new
@@ -35,14 +36,14 @@ def sibling_calls(f, *calls, auto=False):
     lanes = _ACTIVE.get()
     if _UNMERGED.get():
         return tuple(_call(f, args, lanes) for args in calls)
-    B = next((a._data.size(0) for args in calls for a in args if type(a) is MaskedBatch), None)
+    B = _batch_size(calls)
     if B is None or len({len(args) for args in calls}) != 1 or not all(
             _stackable([args[j] for args in calls], B) for j in range(len(calls[0]))):
         return tuple(_call(f, args, lanes) for args in calls)
     parts = [None if lanes is None else lanes.nonzero().squeeze(1)] * len(calls)
-    rows = _Rows(parts, B)
-    stacked = [_stacked([args[j] for args in calls], parts, rows)
-               if type(calls[0][j]) is MaskedBatch else calls[0][j] for j in range(len(calls[0]))]
+    stacked = _stacked_args(calls, parts, B)
+    if stacked is None:
+        return tuple(_call(f, args, lanes) for args in calls)
     active, compact = _ACTIVE.set(None), _COMPACT.set(None)
     try:
         out = f(*stacked)
@@ -74,9 +75,11 @@ class SiblingLoop:
         self.owner, self.f, self.auto, self.pending = owner, f, auto, []
 
     def defer(self, lst, *args):
+        """``lst.append(f(*args))`` (``lst`` None: ``f(*args)`` as a statement)."""
         comp = owned(self.owner)
-        if _UNMERGED.get() or not any(type(a) is MaskedBatch for a in args):
-            return _append_owned(lst, _call(self.f, args, _ACTIVE.get()), comp)
+        if _UNMERGED.get() or not any(type(a) in (MaskedBatch, PerExample) for a in args):
+            r = _call(self.f, args, _ACTIVE.get())
+            return None if lst is None else _append_owned(lst, r, comp)
         self.pending.append((lst, args, _ACTIVE.get(), comp))
 
     def run(self):
@@ -84,7 +87,7 @@ class SiblingLoop:
         if not pending:
             return
         calls = [args for _, args, _, _ in pending]
-        B = next(a._data.size(0) for a in calls[0] if type(a) is MaskedBatch)
+        B = _batch_size(calls)
         results = None
         if len(pending) > 1 and len({len(args) for args in calls}) == 1 and all(
                 _stackable([args[j] for args in calls], B) for j in range(len(calls[0]))):
@@ -96,6 +99,8 @@ class SiblingLoop:
             finally:
                 _UNMERGED.reset(token)
         for (lst, _, lanes, comp), r in zip(pending, results):
+            if lst is None:
+                continue
             active = _ACTIVE.set(lanes)
             try:
                 _append_owned(lst, r, comp)
@@ -105,10 +110,9 @@ class SiblingLoop:
     def _merged(self, pending, calls, B):
         parts = [None if lanes is None else lanes.nonzero().squeeze(1)
                  for _, _, lanes, _ in pending]
-        rows = _Rows(parts, B)
-        stacked = [_stacked([args[j] for args in calls], parts, rows)
-                   if type(calls[0][j]) is MaskedBatch else calls[0][j]
-                   for j in range(len(calls[0]))]
+        stacked = _stacked_args(calls, parts, B)
+        if stacked is None:
+            return None
         active, compact = _ACTIVE.set(None), _COMPACT.set(None)
         try:
             return _unstacked(self.f(*stacked), parts, B)
@@ -152,12 +156,46 @@ def _call(f, args, lanes):
         _ACTIVE.reset(active)
 
 
+def _batch_size(calls):
+    for args in calls:
+        for a in args:
+            if type(a) is MaskedBatch:
+                return a._data.size(0)
+            if type(a) is PerExample:
+                return len(a._mb_values)
+    return None
+
+
+def _stacked_args(calls, parts, B):
+    """The arguments of the stacked call (None: they do not stack: the
+    examples' objects are not all distinct, so a store into one, per
+    call, would become one store for two calls)."""
+    rows = _Rows(parts, B)
+    out = []
+    for j in range(len(calls[0])):
+        values = [args[j] for args in calls]
+        if type(values[0]) is MaskedBatch:
+            out.append(_stacked(values, parts, rows))
+        elif type(values[0]) is PerExample:
+            objs = [o for v, p in zip(values, parts)
+                    for o in (v._mb_values if p is None else v._take(p.tolist())._mb_values)]
+            if len({id(o) for o in objs}) < len(objs) and not all(
+                    o is None or type(o) in (bool, int, float, str) for o in objs):
+                return None
+            out.append(PerExample(objs))
+        else:
+            out.append(values[0])
+    return out
+
+
 def _stackable(values, B):
     a = values[0]
-    if all(v is a for v in values):
+    if all(v is a for v in values) and type(a) is not PerExample:
         return True
     if type(a) in (bool, int, float, str):
         return all(type(v) is type(a) and v == a for v in values)
+    if type(a) is PerExample:
+        return all(type(v) is PerExample and len(v._mb_values) == B for v in values)
     return type(a) is MaskedBatch and a._data.size(0) == B and all(
         type(b) is MaskedBatch and a.dims == b.dims and a._data.shape == b._data.shape
         and a._data.dtype == b._data.dtype and (a._mask is None) == (b._mask is None)
@@ -243,7 +281,19 @@ def _unstacked(out, parts, B):
         lengths = [{d: ns[i] for d, ns in per_dim.items()} or None for i in range(k)]
         return tuple(_new(d, m, out.dims, bdim=out._bdim, present=p, sizes=n) for d, m, p, n
                      in zip(split(data), each(mask), each(out._present), lengths))
-    if isinstance(out, (torch.Tensor, MaskedBatch, list, dict, Mixed)):
+    if type(out) is PerExample and len(out._mb_values) == sum(sizes):
+        outs, start = [], 0
+        for rows, n in zip(parts, sizes):
+            vals = out._mb_values[start:start + n]
+            start += n
+            if rows is not None:
+                full = [GAP] * B
+                for b, v in zip(rows.tolist(), vals):
+                    full[b] = v
+                vals = full
+            outs.append(PerExample(vals))
+        return tuple(outs)
+    if isinstance(out, (torch.Tensor, MaskedBatch, list, dict, Mixed, PerExample)):
         raise _Unsplittable(
             f"@batch(merge_calls=True): the merged calls returned a {type(out).__name__} that "
             f"cannot be split between them; return MaskedBatches, numbers or tuples of them, "

@@ -121,7 +121,7 @@ def _rows_of(x, idx):
                 present, sizes)
 
 
-def _common(sources):
+def common(sources):
     """The sources as one MaskedBatch, concatenated along the batch (padded
     to the larger size along each dimension, which is then dynamic)."""
     if len({s._bdim for s in sources}) > 1:   # (1, d) per example with and without one in front
@@ -177,19 +177,45 @@ def gather(refs, B, device=None):
         if type(r) is LaneRef and id(r.batch) not in srcs:
             srcs[id(r.batch)] = len(order)
             order.append(r.batch)
+    if all(s._data.size(0) == B for s in order) and all(
+            r.row == b for b, r in enumerate(refs) if type(r) is LaneRef):
+        # each lane's own row (values made at this batch size): no gather
+        return order[0] if len(order) == 1 else _by_lanes(order, srcs, refs)
     if len(order) == 1:
         src = order[0]
         rows = [r.row if type(r) is LaneRef else 0 for r in refs]
-        if src._data.size(0) == B and rows == list(range(B)):
-            return src
         return _rows_of(src, torch.tensor(rows, device=src._data.device))
     offsets, start = [], 0
     for s in order:
         offsets.append(start)
         start += s._data.size(0)
     rows = [offsets[srcs[id(r.batch)]] + r.row if type(r) is LaneRef else 0 for r in refs]
-    both = _common(order)
+    both = common(order)
     return _rows_of(both, torch.tensor(rows, device=both._data.device))
+
+
+def _by_lanes(order, srcs, refs):
+    """Sources of one layout at the batch size, each lane reading its own
+    row of one of them: a ``where`` per source after the first."""
+    a = order[0]
+    if any(s.dims != a.dims or s._bdim != a._bdim or s._data.shape != a._data.shape
+           or s._data.dtype != a._data.dtype or (s._mask is None) != (a._mask is None)
+           or s._mask is not None and s._mask.shape != a._mask.shape for s in order):
+        both = common(order)
+        offsets = [0]
+        for s in order[:-1]:
+            offsets.append(offsets[-1] + s._data.size(0))
+        rows = [offsets[srcs[id(r.batch)]] + r.row if type(r) is LaneRef else 0 for r in refs]
+        return _rows_of(both, torch.tensor(rows, device=both._data.device))
+    which = torch.tensor([srcs[id(r.batch)] if type(r) is LaneRef else 0 for r in refs],
+                         device=a._data.device)
+    data, mask = a.padded_data, a._mask
+    for k, src in enumerate(order[1:], 1):
+        lanes = which == k
+        data = torch.where(lanes.view((-1,) + (1,) * (data.dim() - 1)), src.padded_data, data)
+        if mask is not None and src._mask is not mask:
+            mask = torch.where(lanes.view((-1,) + (1,) * (mask.dim() - 1)), src._mask, mask)
+    return _new(data, mask, a.dims, bdim=a._bdim)
 
 
 def stack(tensors, B):

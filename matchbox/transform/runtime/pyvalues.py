@@ -30,7 +30,7 @@ import torch
 from ..._lanes import _ACTIVE
 from ... import core as _core
 from ...core import MaskedBatch
-from .lanerefs import LaneRef, gather, stack
+from .lanerefs import LaneRef, common, gather, stack
 
 _new = MaskedBatch._new
 
@@ -278,13 +278,27 @@ def _stores(target, value):
     rows = lane_rows(B)
     lanes = range(B) if rows is None else rows
     objs = [target._mb_values[b] for b in lanes]
-    col = split(value, B)
+    col = split(_batch_of_tensors(value, B), B)
     if type(col) is not _Repeat and len({id(o) for o in objs}) < len(objs):
         raise ValueError(
             "two examples hold the same object, so a store into it cannot keep each "
             "example's own value (the second would overwrite the first); give each example "
             "an object of its own (copy.deepcopy)")
     return [(o, col[b]) for o, b in zip(objs, lanes)]
+
+
+def _batch_of_tensors(value, B):
+    """``value`` to store for every example, a plain Tensor (one value for
+    all, e.g. made from a number every example agrees on) as a batch of it
+    (expanded, no copy), so the examples' stored values read back as rows."""
+    if type(value) is tuple:
+        return tuple(_batch_of_tensors(v, B) for v in value)
+    if type(value) is not torch.Tensor:
+        return value
+    if value.dim() and value.size(0) == 1:   # (a leading 1: each example's batch-of-one dim)
+        return _new(value.expand((B,) + value.shape[1:]), None, (False,) * (value.dim() - 1))
+    return _new(value.unsqueeze(0).expand((B,) + value.shape), None, (False,) * value.dim(),
+                bdim=None)
 
 
 # ------------------------------------------------------------------ splitting per lane
@@ -475,12 +489,13 @@ def lift(values, rows=None, like=None):
         return _scalar(values, held, like)
     if _tensorish(v0) and all(_tensorish(v) for v in held):
         return _batched(values, B)
-    if t0 is tuple and any(_tensorish(v) for v in v0) \
-            and all(type(v) is tuple and len(v) == len(v0) for v in held):
-        cols = list(zip(*[(GAP,) * len(v0) if v is GAP else v for v in values]))
-        return tuple(lift(list(c), rows, like) for c in cols)
-    if t0 is list and v0 and _tensorish(v0[0]) and all(type(v) is list for v in held):
-        return lane_list(values, rows, like)
+    if (t0 is tuple or t0 is list) and all(type(v) is tuple or type(v) is list for v in held):
+        first = next((v[0] for v in held if v), None)
+        if first is not None and _tensorish(first):
+            if t0 is tuple and all(type(v) is tuple and len(v) == len(v0) for v in held):
+                cols = list(zip(*[(GAP,) * len(v0) if v is GAP else v for v in values]))
+                return tuple(lift(list(c), rows, like) for c in cols)  # (h, c) states
+            return lane_list(values, rows, like)   # each example's own number of tensors
     return PerExample(values)
 
 
@@ -520,12 +535,16 @@ def lane_list(values, rows=None, like=None):
     """A per-example list (``lists.py``) from each lane's Python list:
     item ``k`` held by the lanes whose list has one."""
     B = len(values)
-    lens = [len(v) if type(v) is list else 0 for v in values]
+    lens = [len(v) if type(v) in (list, tuple) else 0 for v in values]
     n = max(lens)
+    refs = _ref_grid(values, lens, n)
     out = []
     for k in range(n):
-        item = lift([v[k] if lens[b] > k else GAP for b, v in enumerate(values)],
-                    [b for b in range(B) if lens[b] > k], like)
+        if refs is not None:
+            item = refs(k)
+        else:
+            item = lift([v[k] if lens[b] > k else GAP for b, v in enumerate(values)],
+                        [b for b in range(B) if lens[b] > k], like)
         device = item._data.device if type(item) is MaskedBatch else None
         present = torch.tensor([m > k for m in lens], dtype=torch.bool, device=device)
         out.append(held_item(item, present))
@@ -533,6 +552,34 @@ def lane_list(values, rows=None, like=None):
         counts = torch.tensor(lens, dtype=torch.long, device=present.device)
         out[-1]._listed = (out[-1]._listed[0], counts, None, len(out))
     return out
+
+
+def _ref_grid(values, lens, n):
+    """``k -> item k`` of the lanes' lists of LaneRefs, gathered in one
+    ``index_select`` for all of them (None: not all LaneRefs)."""
+    if not all(type(r) is LaneRef for v, m in zip(values, lens) if m for r in v):
+        return None
+    B = len(values)
+    srcs, order = {}, []
+    for v, m in zip(values, lens):
+        for r in (v if m else ()):
+            if id(r.batch) not in srcs:
+                srcs[id(r.batch)] = len(order)
+                order.append(r.batch)
+    offsets = [0]
+    for src in order[:-1]:
+        offsets.append(offsets[-1] + src._data.size(0))
+    both = order[0] if len(order) == 1 else common(order)
+    idx = [offsets[srcs[id(v[k].batch)]] + v[k].row if k < m else 0
+           for v, m in zip(values, lens) for k in range(n)]
+    rows = both.padded_data.index_select(0, torch.tensor(idx, device=both._data.device))
+    rows = rows.view((B, n) + rows.shape[1:]).unbind(1)   # (one backward node for all)
+    mask = both._mask if any(both.dims) else None
+    if mask is not None:
+        mask = mask.expand((both._data.size(0),) + mask.shape[1:]).index_select(
+            0, torch.tensor(idx, device=mask.device)).view((B, n) + mask.shape[1:]).unbind(1)
+    return lambda k: _new(rows[k], None if mask is None else mask[k], both.dims,
+                          bdim=both._bdim)
 
 
 def held_item(x, lanes):
