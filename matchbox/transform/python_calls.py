@@ -10,6 +10,7 @@ the runtime (``runtime/pycalls.py``), so each example computes its own
     "%.1f" % v, [0.0] * n, "-" * n       ->  rt.call(operator.mod, "%.1f", v), ...
     a in b, a not in b                   ->  rt.contains(a, b), rt.contains(a, b, True)
     a is b, a is not b                   ->  rt.is_(a, b), rt.is_(a, b, True)
+    a and b, a or b (making a value)     ->  rt.and_value(a, lambda: b), rt.or_value(...)
     [f(c) for c in w if p(c)]            ->  rt.comprehension(lambda w: [...], 1, w)
     x.tolist(), x.numpy()                ->  rt.host(x, 'tolist'), ...
     x[:, :n]                             ->  rt.getitem(x, (slice(None), slice(None, n)))
@@ -152,6 +153,17 @@ class _Calls(Pass):
             fn = self._rt(f"operator.{'mod' if isinstance(op, gast.Mod) else 'mul'}", node)
             return self._call(node, fn, [node.left, node.right])
         return node
+
+    def visit_BoolOp(self, node):
+        """``a and b`` / ``a or b`` where a value is made (the tests of ``if``
+        and ``while`` were lowered by logical.py): per example."""
+        self.generic_visit(node)
+        fn = "and_value" if isinstance(node.op, gast.And) else "or_value"
+        out = node.values[-1]
+        for v in reversed(node.values[:-1]):
+            out = templates.replace_as_expression(f"rt.{fn}(a, lambda: b)", node,
+                                                  rt=self.ctx.runtime, a=v, b=out)
+        return out
 
     def visit_Compare(self, node):
         self.generic_visit(node)

@@ -52,7 +52,7 @@ from .list_items import getitem, pop
 from .lists import append, extend, insert
 from .loops import for_loop, while_loop
 from .maps import map_loop
-from .pycalls import call, comprehension, contains, host, is_, mapped
+from .pycalls import and_value, call, comprehension, contains, host, is_, mapped, or_value
 from .pyvalues import PerExample, Star
 from .scalars import bool_, float_, int_, item, len_, shape, size
 from .select import select
@@ -67,7 +67,7 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
            "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "recursive",
            "returned", "call", "comprehension", "contains", "host", "is_", "PerExample", "Star",
-           "operator", "method", "mutate", "converted", "mapped"]
+           "operator", "method", "mutate", "converted", "mapped", "and_value", "or_value"]
 
 #: the calls that act for the function that calls them (their ``owner``)
 OWNED = {"read": read, "assign": assign, "aug_assign": aug_assign, "setattr_": setattr_,

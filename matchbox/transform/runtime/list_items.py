@@ -102,6 +102,9 @@ def getitem(owner, obj, key):
     each example's own item or slice."""
     if type(obj) is not list or type(key) is PerExample:
         return item_of(obj, key)
+    if type(key) is int and not (obj and type(obj[-1]) in (MaskedBatch, PerExample, tuple)):
+        return obj[key]   # a list of Python values: every example's the same (the last item
+        # of a list examples hold differently is always a batch)
     lanes, comp = _lanes_now(owner)
     if type(key) is slice and key.start is None and key.stop is None and key.step == -1:
         out = _reversed(obj)

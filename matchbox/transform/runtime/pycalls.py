@@ -8,6 +8,7 @@ they run for each example on its own values (SPEC 4b; the rewrite is
     a is b, a is not b                   ->  rt.is_(a, b), rt.is_(a, b, True)
     [e for w in ws]                      ->  rt.comprehension(lambda ws: [...], 1, ws)
     [f(w) for w in ws]                   ->  rt.mapped(ws, lambda w: f(w))
+    a and b, a or b (not a test)         ->  rt.and_value(a, lambda: b), rt.or_value(...)
     x.tolist(), x.numpy()                ->  rt.host(x, 'tolist'), rt.host(x, 'numpy')
 
 With no per-example argument each is the plain operation (one extra call).
@@ -23,7 +24,10 @@ import operator
 import torch
 
 from ...core import MaskedBatch
+from ..._lanes import active_lanes
 from .conditions import cond as cond_of, if_true
+from .regions import _combine, _under
+from .select import select
 from .iterables import LaneIterable
 from .lists import _append_owned
 from .loops import for_loop
@@ -166,15 +170,23 @@ def is_(a, b, negate=False):
 
 
 def comprehension(fn, n_iter, *values):
-    """A comprehension (``fn``, a lambda of the names it reads) run for each
-    example on its own values when one of the first ``n_iter`` values (those
-    its ``for`` clauses iterate over) is per example; else run once."""
-    for v in values[:n_iter]:
-        t = type(v)
-        if t is PerExample or t is MaskedBatch and is_number_batch(v) or (
-                t is list and v and _is_lane_list(v)):
+    """A comprehension (``fn``, a lambda of the names it reads; the first
+    ``n_iter`` are those its ``for`` clauses iterate over) run for each
+    example on its own values where it reads a per-example Python value (a
+    PerExample, a per-example number, a list of them, or a per-example
+    list to iterate over); else run once, as written (over tensors, a
+    batch of them)."""
+    for k, v in enumerate(values):
+        if _python_value(v) or k < n_iter and type(v) is list and v and _is_lane_list(v):
             return per_lane(fn, values)
     return fn(*values)
+
+
+def _python_value(v):
+    t = type(v)
+    if t is PerExample or t is MaskedBatch and is_number_batch(v):
+        return True
+    return (t is list or t is tuple) and 0 < len(v) <= 64 and any(_python_value(x) for x in v[:8])
 
 
 def host(x, method):
@@ -206,3 +218,30 @@ def mapped(owner, iterable, elem, cond=None):
                 if run:
                     _append_owned(out, elem(t), None)
     return out
+
+
+def and_value(a, b_thunk):
+    """``a and b`` as a value (not a test): per example ``a`` where it is
+    false, else ``b``, which runs only for the examples where ``a`` holds."""
+    c = cond_of(a)
+    if isinstance(c, bool):
+        return b_thunk() if c else a
+    return _either(c, b_thunk, a)
+
+
+def or_value(a, b_thunk):
+    """``a or b`` as a value: per example ``a`` where it is true, else ``b``
+    (run only for those examples)."""
+    c = cond_of(a)
+    if isinstance(c, bool):
+        return a if c else b_thunk()
+    return _either(~c, b_thunk, a)
+
+
+def _either(c, b_thunk, a):
+    """``b_thunk()`` in lanes ``c`` (run for those only), ``a`` in the others."""
+    sub = _combine(active_lanes(), c)
+    if not bool(sub.any()):
+        return a
+    b = _under(sub, b_thunk)
+    return select(c, b, a)

@@ -27,7 +27,7 @@ import types
 
 import torch
 
-from ..._lanes import _ACTIVE
+from ..._lanes import _ACTIVE, _COMPACT
 from ... import core as _core
 from ...core import MaskedBatch
 from .lanerefs import LaneRef, common, gather, stack
@@ -434,20 +434,26 @@ def per_lane(f, args, kwargs=None, B=None, like=None):
     cols = [(type(a) is Star, split(a, B)) for a in args]
     kcols = {k: split(v, B) for k, v in kwargs.items()}
     out = []
-    for b in (range(B) if rows is None else rows):
-        lane = []
-        for star, c in cols:
-            if star:
-                lane.extend(c[b])
-            else:
-                lane.append(c[b])
-        try:
-            out.append(f(*lane, **{k: c[b] for k, c in kcols.items()}))
-        except Exception as e:
-            if hasattr(e, "add_note") and B > 1:
-                e.add_note(f"(matchbox: raised for example {b} of the batch, run on its own "
-                           f"values)")
-            raise
+    # each example runs as one example does alone: no lanes, no compaction
+    active, compact = _ACTIVE.set(None), _COMPACT.set(None)
+    try:
+        for b in (range(B) if rows is None else rows):
+            lane = []
+            for star, c in cols:
+                if star:
+                    lane.extend(c[b])
+                else:
+                    lane.append(c[b])
+            try:
+                out.append(f(*lane, **{k: c[b] for k, c in kcols.items()}))
+            except Exception as e:
+                if hasattr(e, "add_note") and B > 1:
+                    e.add_note(f"(matchbox: raised for example {b} of the batch, run on its "
+                               f"own values)")
+                raise
+    finally:
+        _COMPACT.reset(compact)
+        _ACTIVE.reset(active)
     return lift(_spread(out, rows, B), rows, like)
 
 
