@@ -10,7 +10,6 @@ import torch
 from bench import harness, run
 from bench.tasks import parser, treelstm
 
-needs_core = pytest.mark.xfail(strict=True, reason="needs issue #29 core")
 TASKS = {"treelstm": (treelstm, "objects"), "parser": (parser, "list")}
 
 
@@ -30,8 +29,8 @@ def test_per_example_loop_of_the_python_state_model_agrees(name, B):
     assert torch.isfinite(harness.step(vs["per_example"], mod.TRAINS))
 
 
-@pytest.mark.parametrize("name,B", [("treelstm", 1), ("parser", 1), ("treelstm", 3),
-                                    pytest.param("parser", 3, marks=needs_core)])
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("name", TASKS)
 def test_batched_python_state_model_agrees_and_trains(name, B):
     mod = TASKS[name][0]
     vs = variants(name, B, "per_example_{}", "matchbox_{}")
