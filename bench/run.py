@@ -88,6 +88,16 @@ def ratio(a, b):
     return f"{a / b:.2f}" if a and b else "–"
 
 
+def python_state_ratios(t):
+    """The variants whose state is in Python objects or lists against the
+    tensor-state matchbox variant, and their own per-example loop against them."""
+    kind = next((k for k in ("objects", "list") if f"matchbox_{k}" in t), None)
+    if kind is None:
+        return ["–", "–"]
+    mb = t[f"matchbox_{kind}"]
+    return [ratio(mb, t.get("matchbox")), ratio(t.get(f"per_example_{kind}"), mb)]
+
+
 def table(records):
     """Markdown: seconds per batch per variant, and the two ratios."""
     kinds = [k for k in harness.KINDS if any(r["variant"] == k for r in records)]
@@ -99,7 +109,8 @@ def table(records):
             compile_s.setdefault(key, {})[r["variant"]] = r["compile_seconds"]
     head = ["task", "size", "batch"] + [f"{k} (s)" for k in kinds] + [
         "matchbox / hand", "whole / hand", "compact / hand", "merged / hand", "compiled mb / hand",
-        "compiled mb / compiled", "per-example / matchbox", "compile hand, mb (s)"]
+        "compiled mb / compiled", "per-example / matchbox", "compile hand, mb (s)",
+        "py-state mb / matchbox", "its per-example / py-state mb"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (task, size, bs), t in rows.items():
         cells = [task, size, str(bs)] + [f"{t[k]:.4f}" if k in t else "–" for k in kinds]
@@ -111,6 +122,7 @@ def table(records):
         c = compile_s.get((task, size, bs), {})
         cells.append(", ".join(f"{c[k]:.0f}" if k in c else "–"
                                for k in ("compiled", "matchbox_compiled")) if c else "–")
+        cells += python_state_ratios(t)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -32,6 +32,13 @@ Variants:
 
 - ``per_example``: ``Parser.forward`` on each sentence alone;
 - ``matchbox``: the same ``@matchbox.batch`` forward on MaskedBatches;
+- ``per_example_list`` / ``matchbox_list``: the same parser with its state
+  in Python lists, the way BIST keeps it (``ListParser``): the stack and the
+  buffer are lists of word positions (``stack.append(buffer.pop(0))``,
+  ``stack.pop()``, ``stack[-1 - j]``), the outermost dependents lists
+  indexed by position, the gold heads a list, and the oracle costs counted
+  over the lists in Python; on each sentence alone, and under
+  ``@matchbox.batch`` with the heads as ``matchbox.objects(heads)``;
 - ``hand``: what an expert writes for the same module: the BiLSTM on padded
   sentences (``bench/tasks/bilstm.py``), then all B parsers advanced in
   lock-step on padded ``(B, T)`` state with gathers, ``torch.where`` for
@@ -307,4 +314,84 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
         return hand_loss(hand, padded)
 
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
-            "matchbox": Variant(matchbox_, mb)}
+            "matchbox": Variant(matchbox_, mb), **list_variants(model, sentences, SIZES[size])}
+
+
+# ------------------------------------------------------------------ Python lists
+@matchbox.batch
+def list_oracle(heads, stack, buffer, device):
+    """:func:`oracle` over Python lists, counted as BIST counts: the costs
+    (1, 3) of SHIFT, LEFT and RIGHT and which are valid (1, 3)."""
+    b0 = buffer[0]
+    shift = (heads[b0] in stack[:-1]) + len([d for d in stack if heads[d] == b0])
+    left = right = 0
+    if stack:
+        s0 = stack[-1]
+        s0_deps = len([d for d in buffer if heads[d] == s0])
+        left = (heads[s0] in buffer[1:]) + (len(stack) > 1 and heads[s0] == stack[-2]) + s0_deps
+        right = (heads[s0] in buffer) + s0_deps
+    valid = [len(buffer) > 1, len(stack) > 0 and (len(buffer) > 1 or len(stack) == 1), len(stack) > 1]
+    return torch.tensor([[shift, left, right]], device=device), torch.tensor([valid], device=device)
+
+
+class ListParser(Parser):
+    """:class:`Parser` with the parser state in Python lists; ``heads`` is
+    the gold head of each word, a list (ROOT last, its own head)."""
+
+    @staticmethod
+    def features(vecs, lmost, rmost, i):
+        """Features (1, 3 * d) of the word at position ``i``, an int."""
+        return torch.cat([vecs[:, i], vecs[:, lmost[i]], vecs[:, rmost[i]]], 1)
+
+    @matchbox.batch
+    def forward(self, words, tags, heads):
+        """The summed hinge loss (1,) of parsing one sentence."""
+        vecs = self.encode(words, tags)                   # (1, n + 1, d)
+        buffer = list(range(len(heads)))                  # word positions, ROOT last
+        stack = []
+        lmost = list(range(len(heads)))                   # a word's outermost dependents so far
+        rmost = list(range(len(heads)))
+        loss = vecs.new_zeros(1)
+        while stack or len(buffer) > 1:
+            feats = []
+            for j in range(self.k):
+                if len(stack) > j:
+                    feats.append(self.features(vecs, lmost, rmost, stack[-1 - j]))
+                else:
+                    feats.append(self.empty)
+            feats.append(self.features(vecs, lmost, rmost, buffer[0]))
+            scores = self.out(torch.tanh(self.hidden(torch.cat(feats, 1))))   # (1, 3)
+            cost, valid = list_oracle(heads, stack, buffer, scores.device)
+            loss = loss + hinge(scores, cost, valid)
+
+            t = scores.masked_fill(~valid, NEG).argmax(1)   # follow the model
+            if t == SHIFT:
+                stack.append(buffer.pop(0))
+            elif t == LEFT:
+                lmost[buffer[0]] = stack.pop()
+            else:
+                s0 = stack.pop()
+                rmost[stack[-1]] = s0
+        return loss
+
+
+def list_variants(model, sentences, sizes):
+    """``per_example_list`` and ``matchbox_list``: :class:`ListParser` with
+    ``model``'s weights (made with ``sizes``) on each sentence alone / on the batch."""
+    def list_model():
+        m = ListParser(**sizes).to(model.empty.device)
+        m.load_state_dict(model.state_dict())
+        return m
+
+    heads = [s[2][0].tolist() for s in sentences]
+    per = list_model()
+    def per_example_list():
+        return sum(per(w, t, h).sum() for (w, t, _), h in zip(sentences, heads))
+
+    mb = list_model()
+    words, tags = (MaskedBatch.fromlist([s[i] for s in sentences], dims=(True,)) for i in range(2))
+    def matchbox_list():                # wrapping the list is part of the step
+        return example_sum(mb(words, tags, matchbox.objects(heads)))
+
+    return {"per_example_list": Variant(per_example_list, per),
+            "matchbox_list": Variant(matchbox_list, mb)}

@@ -13,6 +13,12 @@ mostly right-branching), at the small size with 2..50 leaves (gamma around
   as one call (merged by default: ``encode`` has no effects that merging
   could reorder), so the recursion runs one call per depth, not one per
   path;
+- ``per_example_objects`` / ``matchbox_objects``: the same model written
+  over ``Tree`` objects (``examples/tree_lstm_objects.py``), the way the
+  DyNet benchmark's ``treenn.py`` writes it: recursion over
+  ``tree.children``, each node's ``(h, c)`` written on the node, then a
+  loss over every node reading the states back; on each tree alone, and
+  under ``@matchbox.batch`` on ``matchbox.objects(trees)``;
 - ``hand``: what an expert writes for the same module: level-by-level
   batching.  Every node gets a height (leaves 0, else 1 + the taller child);
   all leaves of all trees go through one batched leaf cell, then all nodes of
@@ -33,9 +39,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as TF
 
+import matchbox
 from bench.data import sst_split, tree_leaves
 from bench.harness import Variant, fresh
 from examples.tree_lstm import TreeLSTM, make_batch, random_tree
+from examples.tree_lstm_objects import Tree
 from matchbox import example_sum
 
 NAME = "treelstm"
@@ -137,4 +145,67 @@ def build(batch_size=64, device="cpu", size="small", seed=0):
         return hand_loss(hand, plan)
 
     return {"per_example": Variant(per_example, per), "hand": Variant(hand_written, hand),
-            "matchbox": Variant(matchbox, mb)}
+            "matchbox": Variant(matchbox, mb), **object_variants(model, trees)}
+
+
+# ------------------------------------------------------------------ tree objects
+class ObjectTreeLSTM(TreeLSTM):
+    """The binary Tree-LSTM over ``Tree`` objects (a leaf's word id on
+    ``tree.word``), with the cells and classifier of :class:`TreeLSTM`."""
+
+    @matchbox.batch
+    def encode_tree(self, tree):
+        """(h, c) of every node, written on the nodes; returns the root's."""
+        if tree.num_children == 0:
+            tree.state = self.leaf_state(torch.tensor([tree.word], device=self.out.weight.device))
+        else:
+            hl, cl = self.encode_tree(tree.children[0])
+            hr, cr = self.encode_tree(tree.children[1])
+            tree.state = self.node_state(hl, cl, hr, cr)
+        return tree.state
+
+    @matchbox.batch
+    def forward(self, tree):
+        """Summed node loss and number of nodes classified right, of one tree."""
+        self.encode_tree(tree)
+        nodes = tree.nodes()
+        logits = self.out(torch.cat([node.state[0] for node in nodes]))
+        labels = torch.tensor([node.label for node in nodes], device=logits.device)
+        loss = TF.cross_entropy(logits, labels, reduction="sum")
+        return loss, (logits.argmax(1) == labels).sum()
+
+
+def as_objects(tree):
+    """A tree's (left, right, word, label) tensors as linked ``Tree`` objects."""
+    left, right, word, label = (t[0].tolist() for t in tree)
+
+    def build(k):
+        node = Tree(k, label[k])
+        if left[k] < 0:
+            node.word = word[k]
+        else:
+            node.add_child(build(left[k]))
+            node.add_child(build(right[k]))
+        return node
+    return build(0)
+
+
+def object_variants(model, trees):
+    """``per_example_objects`` and ``matchbox_objects``: :class:`ObjectTreeLSTM`
+    with ``model``'s weights on each tree alone / on the batch of trees."""
+    def objects_model():
+        m = ObjectTreeLSTM(dim=model.embed.embedding_dim, hidden=model.out.in_features)
+        m = m.to(model.out.weight.device)
+        m.load_state_dict(model.state_dict())
+        return m
+
+    per, each = objects_model(), [as_objects(t) for t in trees]
+    def per_example_objects():
+        return sum(per(tree)[0] for tree in each)
+
+    mb, batch = objects_model(), [as_objects(t) for t in trees]
+    def matchbox_objects():             # wrapping the list is part of the step
+        return example_sum(mb(matchbox.objects(batch))[0])
+
+    return {"per_example_objects": Variant(per_example_objects, per),
+            "matchbox_objects": Variant(matchbox_objects, mb)}
