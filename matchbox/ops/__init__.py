@@ -22,6 +22,8 @@ rule for an op, look in the module of its family:
                  derived from the rules above: imported last
 - ``placement``  where each op puts each example's batch-of-one dimension
                  (for values that hold it elsewhere than at 0, or not at all)
+- ``fallback``   ops with no rule: torch.func.vmap over the examples, or one
+                 call per example where sizes differ
 """
 from . import pointwise, reduction, softmax, matmul, shape, indexing, nn, rnn, loss, helpers  # noqa: F401
 from . import sorting  # noqa: F401

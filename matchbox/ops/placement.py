@@ -11,8 +11,8 @@ turns the op's dimension arguments into storage dims (``core.storage_dim``,
 the one map), calls the rule, and labels the result with where the
 batch-of-one dimension went.
 
-An op with no adapter refuses operands whose batch-of-one dimension is not
-at 0 (``unplaced``), naming the op and the fix.
+An op with no adapter for its operands' batch-of-one dimensions
+(``unplaced``) runs through the general fallback (ops/fallback.py).
 """
 import inspect
 import math
@@ -23,15 +23,21 @@ from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, sto
 from ._registry import func_name, is_mb
 from .indexing import put
 
-__all__ = ["unplaced"]
+__all__ = ["unplaced", "Unplaced"]
 
 T = torch.Tensor
 F = torch.nn.functional
 
 
+class Unplaced(NotImplementedError):
+    """An op's rule does not serve values whose batch-of-one dimension sits
+    where these do; dispatch then runs the general fallback
+    (ops/fallback.py), which raises this where it cannot run the op."""
+
+
 def unplaced(func, args):
     where = sorted({a._bdim for a in _batches(args) if a._bdim != 0}, key=str)
-    return NotImplementedError(
+    return Unplaced(
         f"{func_name(func)} has no rule yet for values whose batch-of-one dimension is "
         f"{'absent' if where == [None] else f'at position {where}'} (matchbox/ops/placement.py "
         f"lists the ops that have one). Move it to the front first: x.unsqueeze(0) where "

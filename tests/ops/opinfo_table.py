@@ -29,8 +29,7 @@ batch see exactly the same examples, so either is a fair check):
 writes the coverage page; ``tests/ops/test_opinfo.py`` runs the same cases
 as tests.
 """
-import contextlib
-import io
+import functools
 import os
 import re
 import sys
@@ -42,6 +41,7 @@ from torch.utils import _pytree as pytree
 
 import matchbox
 from matchbox.core import RULES, MaskedBatch
+from matchbox.ops.fallback import recording
 from matchbox.test_utils import mb_test
 
 B = 3                # examples per batch
@@ -74,6 +74,13 @@ SKIP = {
     "nn.functional.alpha_dropout": "random values",
     "nn.functional.rrelu": "random values (its samples train)",
     "multinomial": "random values", "bernoulli": "random values",
+    **dict.fromkeys(("cauchy", "exponential", "geometric", "log_normal", "normal",
+                     "normal.in_place", "uniform", "pca_lowrank", "svd_lowrank",
+                     "nn.functional.fractional_max_pool2d",
+                     "nn.functional.fractional_max_pool3d"), "random values"),
+    "new_empty_strided": "its values are uninitialised",
+    **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update"),
+                    "training-mode batch norm: as nn.functional.batch_norm"),
 }
 
 # Known rule bugs this test found and that are not fixed yet: case id ->
@@ -208,6 +215,14 @@ def _permuted(t, b, gen):
     return t.reshape(-1)[torch.randperm(t.numel(), generator=gen)].reshape(t.shape).clone()
 
 
+def _scaled(t, b, gen):
+    """As ``_permuted``, for ops whose domain permuted values leave (a
+    positive-definite matrix for cholesky): example ``b`` scales the values
+    by ``1 + b / 4``."""
+    t = t.detach()
+    return t * (1 + b / 4) if t.is_floating_point() else t.clone()
+
+
 def _lengths(size):
     return [size, 1, max(1, size - 1)][:B]
 
@@ -237,14 +252,22 @@ class Case:
             out = MaskedBatch.fromlist([out] * batches[0].batch_size, (False,) * out.dim(), None)
         return out
 
-    def per_example_ok(self):
+    def per_example_ok(self, grad=False):
         """Whether the op accepts every example alone (a varied size may be
-        one its other arguments do not allow)."""
+        one its other arguments do not allow); ``grad``: and differentiates
+        its outputs with respect to every floating-point argument, as
+        ``mb_test`` does (an op may refuse that, e.g. for a target)."""
         try:
-            with torch.no_grad(), warnings.catch_warnings():
+            with torch.set_grad_enabled(grad), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for j in range(B):
-                    self.call(*(s[1][j] if s[0] == "batch" else s[1] for s in self.slots))
+                    vals = [s[1][j] if s[0] == "batch" else s[1] for s in self.slots]
+                    if grad:
+                        vals = [v.detach().requires_grad_(v.is_floating_point()) for v in vals]
+                    outs = [o for o in pytree.tree_leaves(self.call(*vals))
+                            if isinstance(o, torch.Tensor) and o.requires_grad]
+                    if outs:
+                        torch.autograd.backward([o.sum() for o in outs])
             return True
         except Exception:
             return False
@@ -263,11 +286,11 @@ def _input_leaves(sample):
     return list(sample.input) if isinstance(sample.input, (list, tuple)) else [sample.input]
 
 
-def vmap_cases(fn, sample, gen, dynamic):
-    """Examples that are permuted copies of the whole sample, with no
-    batch-of-one dimension.  Yields one Case per way to vary (static: one;
-    dynamic: one per input dim that can vary); args per-example first, then
-    shared."""
+def vmap_cases(fn, sample, gen, dynamic, vary=_permuted):
+    """Examples that are permuted (``vary``) copies of the whole sample,
+    with no batch-of-one dimension.  Yields one Case per way to vary
+    (static: one; dynamic: one per input dim that can vary); args
+    per-example first, then shared."""
     tensors = _tensor_leaves(sample)
     inputs = {id(t) for t in _input_leaves(sample)}
     ref = _input_leaves(sample)[0]
@@ -279,7 +302,7 @@ def vmap_cases(fn, sample, gen, dynamic):
             slots = []
             for t, bt in zip(tensors, batched):
                 if bt:
-                    slots.append(("batch", [_permuted(t, b, gen) for b in range(B)],
+                    slots.append(("batch", [vary(t, b, gen) for b in range(B)],
                                   (False,) * t.dim(), None))
                 else:
                     slots.append(("shared", _detach(t)))
@@ -296,12 +319,12 @@ def vmap_cases(fn, sample, gen, dynamic):
                     slots.append(("shared", _detach(t)))
                     continue
                 k = d - (ref.dim() - t.dim())  # the dim of t aligned with d
-                vary = 0 <= k < t.dim() and t.size(k) == size
-                exs = [_permuted(t, b, gen) for b in range(B)]
-                if vary:
+                cut = 0 <= k < t.dim() and t.size(k) == size
+                exs = [vary(t, b, gen) for b in range(B)]
+                if cut:
                     exs = [e.narrow(k, 0, n).clone() for e, n in zip(exs, lengths)]
                     varied = varied or id(t) in inputs
-                dims = tuple(vary and i == k for i in range(t.dim()))
+                dims = tuple(cut and i == k for i in range(t.dim()))
                 slots.append(("batch", exs, dims, None))
             if varied:
                 yield Case(fn, sample, slots,
@@ -413,48 +436,68 @@ def _grad(opinfo, sample):
         t.is_floating_point() for t in _tensor_leaves(sample))
 
 
-def check_ruled(opinfo, seed=0):
-    """Run an op that has a rule.  Returns a dict: ``static`` and
-    ``dynamic`` are each ("pass" | "refused" | "wrong" | "crash" | "n/a",
-    detail); ``how`` says which way of making examples ran."""
+def check(opinfo, seed=0):
+    """Run one OpInfo entry on batches.  Returns a dict: ``kind`` ("rule":
+    its op has one; "fallback": it ran through the general fallback,
+    matchbox/ops/fallback.py; "composite": through ops that have rules);
+    ``static`` and ``dynamic``, each ("pass" | "refused" | "wrong" |
+    "crash" | "n/a", detail); ``how``: the ways of making examples that
+    passed; ``paths``: per mode, the fallback's ways ("vmap",
+    "per-example") in the passing runs."""
     name = entry_name(opinfo)
     if name in SKIP:
         return {"name": name, "skip": SKIP[name]}
     torch.manual_seed(seed)
-    fn = as_called(ruled_callable(opinfo) or unruled_callable(opinfo))
+    ruled = ruled_callable(opinfo)
+    fn = as_called(ruled or unruled_callable(opinfo))
     smp = samples(opinfo)
     if not smp:
         return {"name": name, "skip": "no small, non-empty, real-valued sample on CPU"}
     gen = torch.Generator().manual_seed(seed)
-    result = {"name": name, "static": None, "dynamic": None, "how": set()}
+    result = {"name": name, "static": None, "dynamic": None, "how": set(),
+              "paths": {"static": set(), "dynamic": set()}}
+    ran = False
     for mode in ("static", "dynamic"):
         outcomes = []
         for s in smp:
-            grad = _grad(opinfo, s)
-            outcome = _run_sample(fn, s, gen, mode == "dynamic", grad)
+            outcome, paths = _run_sample(fn, s, gen, mode == "dynamic", _grad(opinfo, s))
             outcomes.append(outcome)
+            ran = ran or bool(paths["any"])
+            if outcome[0] == "pass":
+                result["paths"][mode] |= paths["pass"]
         result[mode] = _combine(outcomes)
         for o in outcomes:
             if o[0] == "pass":
                 result["how"].add(o[2].split(",")[0])
+    ran = ran or refused_by_fallback(result) or refused_by_fallback(result, "dynamic")
+    result["kind"] = "rule" if ruled is not None else "fallback" if ran else "composite"
     return result
 
 
 def _run_sample(fn, sample, gen, dynamic, grad):
     """The outcome of one sample: the first way of making examples that
-    passes, else the worst outcome seen.  Returns (status, detail, spec)."""
-    seen = []
-    for maker in (vmap_cases, rows_cases):
+    passes, else the worst outcome seen; returns ((status, detail, spec),
+    paths): the fallback's ways in ``paths["pass"]`` (passing runs) and
+    ``paths["any"]`` (every run)."""
+    seen, paths = [], {"pass": set(), "any": set()}
+    makers = (vmap_cases, rows_cases, functools.partial(vmap_cases, vary=_scaled))
+    for maker in makers:
+        if maker is makers[-1] and seen:
+            break  # scaled copies only where no permuted example is accepted
         for case in maker(fn, sample, gen, dynamic):
             if not case.per_example_ok():
                 continue
-            status, detail = run_case(case, grad)
+            with recording() as log:
+                status, detail = run_case(case, grad and case.per_example_ok(grad=True))
+            ways = {how for _, how in log}
+            paths["any"] |= ways
             if status in ("wrong", "crash"):
-                return status, detail, case.spec
+                return (status, detail, case.spec), paths
             if status == "pass":
-                if not dynamic:
-                    return status, detail, case.spec
+                paths["pass"] |= ways
                 seen.append((status, detail, case.spec))
+                if not dynamic:
+                    break
                 continue  # dynamic: every dim that can vary must not be wrong
             seen.append((status, detail, case.spec))
             if maker is vmap_cases and UNPLACED in detail:
@@ -463,11 +506,11 @@ def _run_sample(fn, sample, gen, dynamic, grad):
             break
     passed = [s for s in seen if s[0] == "pass"]
     if passed:
-        return passed[0]
+        return passed[0], paths
     if seen:  # the rows way's refusal, if it ran, says more than vmap's
-        return seen[-1]
-    return "n/a", "no example the op accepts alone" if not dynamic else \
-        "no dim the op's other arguments let vary", ""
+        return seen[-1], paths
+    return ("n/a", "no example the op accepts alone" if not dynamic else
+            "no dim the op's other arguments let vary", ""), paths
 
 
 _ORDER = {"wrong": 0, "crash": 1, "pass": 2, "refused": 3, "n/a": 4}
@@ -479,151 +522,164 @@ def _combine(outcomes):
     return min(outcomes, key=lambda o: _ORDER[o[0]])[:2]
 
 
-def check_unruled(opinfo):
-    """An op with no rule, called on a batch made from its first sample,
-    must raise NotImplementedError naming an op.  Returns a dict with
-    ``status`` ("raises", "runs" (through ops that have rules), "other"
-    (another error) or "n/a") and ``detail``."""
+def refused_by_fallback(result, mode="static"):
+    """Whether the general fallback refused the entry (MissingRule)."""
+    r = result.get(mode)
+    return bool(r) and r[0] == "refused" and (r[1] or "").startswith("MissingRule")
+
+
+# ------------------------------------------------------------ vmap's own count
+def vmap_reference(opinfo, seed=0):
+    """Whether ``torch.func.vmap`` itself batches the entry: on the static
+    cases of ``vmap_cases`` (the same examples matchbox gets), its values
+    and gradients agree with the loop over the examples (with mb_test's
+    tolerances) for every sample.  None when no sample is tried."""
     name = entry_name(opinfo)
     if name in SKIP:
-        return {"name": name, "status": "n/a", "detail": SKIP[name]}
-    torch.manual_seed(0)
-    smp = samples(opinfo, 1)
+        return None
+    torch.manual_seed(seed)
+    fn = as_called(ruled_callable(opinfo) or unruled_callable(opinfo))
+    smp = samples(opinfo)
     if not smp:
-        return {"name": name, "status": "n/a", "detail": "no small real-valued sample on CPU"}
-    s = smp[0]
-    inp = s.input
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if isinstance(inp, (list, tuple)):
-            inp = [MaskedBatch.fromlist([t.detach()] * B, (False,) * t.dim(), None) for t in inp]
-        else:
-            inp = MaskedBatch.fromlist([inp.detach()] * B, (False,) * inp.dim(), None)
-        try:
-            as_called(unruled_callable(opinfo))(inp, *s.args, **s.kwargs)
-        except NotImplementedError as e:
-            if "no rule" in str(e):
-                return {"name": name, "status": "raises", "detail": _first_line(e)}
-            return {"name": name, "status": "refused", "detail": _first_line(e)}
-        except Exception as e:
-            if _from_matchbox(e) and not _SIGNATURE.search(str(e)):
-                return {"name": name, "status": "refused", "detail": _first_line(e)}
-            return {"name": name, "status": "other", "detail": _first_line(e)}
-    # it runs through ops that have rules: it must then be right
-    result = check_ruled(opinfo)
-    result.update(status="runs", detail="")
-    return result
+        return None
+    gen = torch.Generator().manual_seed(seed)
+    return all(any(_vmap_agrees(case, _grad(opinfo, s)) for case in vmap_cases(fn, s, gen, False)
+                   if case.per_example_ok()) for s in smp)
+
+
+def _vmap_agrees(case, grad):
+    batched = [sl[0] == "batch" for sl in case.slots]
+    ins = [torch.stack(sl[1]) if b else sl[1] for sl, b in zip(case.slots, batched)]
+    ins = [t.detach().requires_grad_(grad and t.is_floating_point()) for t in ins]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = pytree.tree_leaves(torch.func.vmap(case.call, in_dims=tuple(
+                0 if b else None for b in batched), randomness="different")(*ins))
+            loop = [pytree.tree_leaves(case.call(*(t[j] if b else t for t, b in zip(ins, batched))))
+                    for j in range(B)]
+    except Exception:
+        return False
+    pairs = [(o[j], ref[k]) for j, ref in enumerate(loop) for k, o in enumerate(out)]
+    if any(len(ref) != len(out) for ref in loop) or not all(
+            isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(
+                a.double(), b.double(), rtol=1e-7, atol=1e-9, equal_nan=True) for a, b in pairs):
+        return False
+    wrt = [t for t in ins if t.requires_grad]
+    ys = [(a, b) for a, b in pairs if a.requires_grad and b.requires_grad]
+    if not wrt or not ys:
+        return True
+    ws = [torch.randn(a.shape, dtype=a.dtype, generator=torch.Generator().manual_seed(i))
+          for i, (a, _) in enumerate(ys)]
+    try:
+        ga = torch.autograd.grad([a for a, _ in ys], wrt, ws, retain_graph=True, allow_unused=True)
+        gb = torch.autograd.grad([b for _, b in ys], wrt, ws, allow_unused=True)
+    except Exception:
+        return False
+    return all((a is None) == (b is None) and (a is None or torch.allclose(
+        a, b, rtol=1e-7, atol=1e-9, equal_nan=True)) for a, b in zip(ga, gb))
 
 
 # -------------------------------------------------------------------- table
 def run_all(op_db=None, log=None):
     op_db = load_op_db() if op_db is None else op_db
-    ruled, unruled = [], []
+    results = []
     for o in op_db:
-        if ruled_callable(o) is not None:
-            ruled.append(check_ruled(o))
-        else:
-            unruled.append(check_unruled(o))
+        results.append(check(o))
         if log:
-            print((ruled + unruled)[-1]["name"], file=log)
-    return ruled, unruled
+            print(results[-1]["name"], file=log)
+    return results
 
 
-def table(ruled, unruled):
-    """The coverage page (markdown) from run_all's results."""
-    def status(r, mode):
-        return r[mode][0] if r.get(mode) else "skip"
+def path(r, mode):
+    """How a passing entry ran in ``mode``: "rule", "fallback: vmap",
+    "fallback: per example" or "composite"."""
+    ways = r["paths"][mode]
+    if "per-example" in ways:
+        return "fallback: per example"
+    if "vmap" in ways:
+        return "fallback: vmap"
+    return "rule" if r["kind"] == "rule" else "composite"
 
-    both = [r for r in ruled if "skip" not in r and status(r, "static") == "pass"
-            and status(r, "dynamic") == "pass"]
-    static_only = [r for r in ruled if "skip" not in r and status(r, "static") == "pass"
-                   and status(r, "dynamic") != "pass"]
-    refused = [r for r in ruled if "skip" not in r and status(r, "static") == "refused"]
-    bad = [r for r in ruled if "skip" not in r and status(r, "static") not in ("pass", "refused")]
-    bad += [r for r in static_only if status(r, "dynamic") in ("wrong", "crash")]
-    skipped = [r for r in ruled if "skip" in r]
+
+def figures(results):
+    """``{name: count}`` of the page's figures (also read by the targets test)."""
+    run = [r for r in results if "skip" not in r]
+    f = {"entries": len(results), "skipped": len(results) - len(run)}
+    for mode in ("static", "dynamic"):
+        passed = [r for r in run if r[mode][0] == "pass"]
+        f[f"{mode} pass"] = len(passed)
+        for how in ("rule", "fallback: vmap", "fallback: per example", "composite"):
+            f[f"{mode} pass, {how}"] = sum(path(r, mode) == how for r in passed)
+        for st in ("refused", "n/a", "wrong", "crash"):
+            f[f"{mode} {st}"] = sum(r[mode][0] == st for r in run)
+        f[f"{mode} MissingRule"] = sum(refused_by_fallback(r, mode) for r in run)
+    return f
+
+
+def table(results, vmap_count=None):
+    """The coverage page (markdown) from run_all's results; ``vmap_count``:
+    how many entries torch.func.vmap itself passes (``vmap_reference``)."""
+    f = figures(results)
+    run = sorted((r for r in results if "skip" not in r), key=lambda r: r["name"])
+
+    def counts(mode):
+        return [f"  - {mode}: {f[mode + ' pass']} pass ({f[mode + ' pass, rule']} by a rule, "
+                f"{f[mode + ' pass, fallback: vmap']} through the general fallback's vmap, "
+                f"{f[mode + ' pass, fallback: per example']} through its per-example loop, "
+                f"{f[mode + ' pass, composite']} through ops that have rules); "
+                f"{f[mode + ' refused']} refused with an error that says why "
+                f"({f[mode + ' MissingRule']} of them by the general fallback, MissingRule); "
+                f"{f[mode + ' n/a']} not tried; "
+                f"{f[mode + ' wrong'] + f[mode + ' crash']} wrong or crashing (known bugs, xfail "
+                f"in the test)"]
     lines = [
         "# PyTorch's op database on MaskedBatch",
         "",
         "Generated by `python -m tests.ops.opinfo_table > docs/opinfo.md` from the cases "
         "`tests/ops/test_opinfo.py` runs; do not edit by hand. Every entry of PyTorch's "
         "OpInfo database (`torch.testing._internal.common_methods_invocations.op_db`, "
-        f"{len(ruled) + len(unruled)} entries in torch {torch.__version__.split('+')[0]}) "
-        "is run on a batch:",
+        f"{f['entries']} entries in torch {torch.__version__.split('+')[0]}) runs on "
+        f"{B} examples made from each of up to {MAX_SAMPLES} of its samples (float64 where "
+        "the op takes it), on static dims and with one dim varying in size between the "
+        "examples; `mb_test` compares values and gradients with the per-example loop. "
+        "*vmap*: each example is the sample's input with its values permuted and no "
+        "batch-of-one dimension (`batch_dim=None`); *rows*: each example is a row "
+        "`x[i:i+1]` of the input (`batch_dim=0`); where no permuted example is in the op's "
+        "domain (cholesky), example `b` is the input scaled by `1 + b/4`.",
         "",
-        f"- an op with a matchbox rule runs on {B} examples made from each of up to "
-        f"{MAX_SAMPLES} of its samples (float64 where the op takes it), on static dims and "
-        "with one dim varying in size between the examples; `mb_test` compares values and "
-        "gradients with the per-example loop. *vmap*: each example is the sample's input "
-        "with its values permuted and no batch-of-one dimension (`batch_dim=None`); "
-        "*rows*: each example is a row `x[i:i+1]` of the input (`batch_dim=0`), for ops "
-        "with no rule yet for values without a batch-of-one dimension;",
-        "- an op without a rule must raise `NotImplementedError` naming the op.",
+        "An op with a rule runs its rule (*rule*). An op without one runs through the "
+        "general fallback (`matchbox/ops/fallback.py`): `torch.func.vmap` over the examples "
+        "where their dims are static or equal in size (*fallback: vmap*), else once per "
+        "example (*fallback: per example*, with a `PerExampleFallbackWarning`); a "
+        "composite runs through ops that have rules (*composite*).",
         "",
         "## Figures",
         "",
-        f"- OpInfo entries whose op has a rule: {len(ruled)}",
-        f"  - pass on static and on dynamic batches: {len(both)}",
-        f"  - pass on static batches; on dynamic ones refused with an error: "
-        f"{len([r for r in static_only if r not in bad and status(r, 'dynamic') == 'refused'])}",
-        f"  - pass on static batches; no dim the op's other arguments let vary: "
-        f"{len([r for r in static_only if r not in bad and status(r, 'dynamic') == 'n/a'])}",
-        f"  - refused on static batches with an error: {len(refused)}",
-        f"  - wrong or crashing (known bugs, xfail in the test): {len(bad)}",
-        f"  - skipped: {len(skipped)}",
-        f"- OpInfo entries whose op has no rule: {len(unruled)}",
-        f"  - raise NotImplementedError naming the op: "
-        f"{sum(r['status'] == 'raises' for r in unruled)}",
-        f"  - run through ops that have rules (composites, methods MaskedBatch defines): "
-        f"{sum(r['status'] == 'runs' for r in unruled)}",
-        f"  - refused with another error that says why: "
-        f"{sum(r['status'] == 'refused' for r in unruled)}",
-        f"  - raise an unclear error (known bugs): {sum(r['status'] == 'other' for r in unruled)}",
-        f"  - not tried (no real-valued CPU sample, CUDA only, random): "
-        f"{sum(r['status'] == 'n/a' for r in unruled)}",
-        "",
-        "## Ops with a rule",
-        "",
-        "| op | static | dynamic | examples | note |",
-        "|---|---|---|---|---|",
+        f"- OpInfo entries: {f['entries']}, of which {f['skipped']} skipped (listed at the end)",
+        *counts("static"),
+        *counts("dynamic"),
     ]
-    for r in sorted(ruled, key=lambda r: r["name"]):
-        if "skip" in r:
-            lines.append(f"| `{r['name']}` | skip | skip | | {_cell(r['skip'])} |")
-            continue
+    if vmap_count is not None:
+        lines += ["", f"For comparison, `torch.func.vmap` itself, on the static examples above "
+                      f"(values and gradients against the loop), passes {vmap_count} entries "
+                      f"(`python -m tests.ops.opinfo_table --vmap`)."]
+    lines += ["", "## Entries", "", "| op | static | dynamic | path | examples | note |",
+              "|---|---|---|---|---|---|"]
+    for r in run:
+        ways = sorted({path(r, m) for m in ("static", "dynamic") if r[m][0] == "pass"})
         note = "; ".join(sorted({_cell(r[m][1]) for m in ("static", "dynamic")
                                  if r[m][0] != "pass" and r[m][1]}))
         if r["name"] in XFAIL:
             note = f"known bug: {_cell(XFAIL[r['name']])}"
         lines.append(f"| `{r['name']}` | {r['static'][0]} | {r['dynamic'][0]} | "
-                     f"{', '.join(sorted(r['how']))} | {note} |")
-    lines += ["", "## Ops without a rule", "",
-              "On a MaskedBatch each raises `NotImplementedError` naming the op, except "
-              "those listed here.", ""]
-    for st, title in (("runs", "Run through ops or methods that have rules; checked as "
-                               "above (static, dynamic)"),
-                      ("refused", "Refused with another error that says why"),
-                      ("other", "Raise an unclear error (known bugs, xfail in the test)"),
-                      ("n/a", "Not tried")):
-        rs = [r for r in unruled if r["status"] == st]
-        if not rs:
-            continue
-        lines.append(f"**{title}** ({len(rs)}):\n")
-        for r in sorted(rs, key=lambda r: r["name"]):
-            if st == "runs":
-                detail = "skip: " + r["skip"] if "skip" in r else \
-                    f"{r['static'][0]}, {r['dynamic'][0]}" + "".join(
-                        f"; {_cell(r[m][1])}" for m in ("static", "dynamic")
-                        if r[m][0] != "pass" and r[m][1])
-            else:
-                detail = _cell(r["detail"])
-            if r["name"] in XFAIL:
-                detail += f" (known bug: {_cell(XFAIL[r['name']])})"
-            lines.append(f"- `{r['name']}`" + (f": {detail}" if detail else ""))
-        lines.append("")
-    rs = sorted(r["name"] for r in unruled if r["status"] == "raises")
-    lines.append(f"**Raise NotImplementedError naming the op** ({len(rs)}): "
-                 + ", ".join(f"`{n}`" for n in rs))
+                     f"{', '.join(ways)} | {', '.join(sorted(r['how']))} | {note} |")
+    missing = [r["name"] for r in run if refused_by_fallback(r)]
+    lines += ["", f"**Refused by the general fallback (MissingRule)** ({len(missing)}): "
+              + ", ".join(f"`{n}`" for n in missing), ""]
+    skipped = sorted((r for r in results if "skip" in r), key=lambda r: r["name"])
+    lines.append(f"**Skipped** ({len(skipped)}):\n")
+    lines += [f"- `{r['name']}`: {_cell(r['skip'])}" for r in skipped]
     return "\n".join(lines) + "\n"
 
 
@@ -652,8 +708,12 @@ def _cell(s):
 
 def main():
     torch.set_num_threads(1)  # small ops: one thread is much faster
-    ruled, unruled = run_all(log=sys.stderr if "-v" in sys.argv else None)
-    sys.stdout.write(table(ruled, unruled))
+    op_db = load_op_db()
+    vmap_count = sum(bool(vmap_reference(o)) for o in op_db)
+    if "--vmap" in sys.argv:
+        print(f"torch.func.vmap passes {vmap_count} of {len(op_db)} entries")
+        return
+    sys.stdout.write(table(run_all(op_db, log=sys.stderr if "-v" in sys.argv else None), vmap_count))
 
 
 if __name__ == "__main__":
