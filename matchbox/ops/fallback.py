@@ -51,7 +51,7 @@ from .._lanes import _Slot, active_lanes
 from ..core import MaskedBatch, storage_to_example
 from ._registry import MissingRule, func_name, is_mb, new, presence
 
-__all__ = ["PerExampleFallbackWarning", "fallback", "method", "recording", "REFUSED"]
+__all__ = ["PerExampleFallbackWarning", "fallback", "method", "plan", "recording", "REFUSED"]
 
 
 class PerExampleFallbackWarning(UserWarning):
@@ -69,7 +69,8 @@ REFUSED = {
                      "q_per_channel_scales", "q_per_channel_zero_points"), _PYTHON_VALUE),
     **dict.fromkeys(("apply_", "map_", "map2_", "record_stream", "register_hook",
                      "register_post_accumulate_grad_hook", "retain_grad", "share_memory_",
-                     "reinforce", "module_load", "as_subclass", "set_"), _STATE),
+                     "reinforce", "module_load", "as_subclass", "set_", "grad", "backward"),
+                    _STATE),
     **dict.fromkeys(("__setitem__", "__delitem__"), "changes its operand in place"),
     **dict.fromkeys(("batch_norm", "native_batch_norm", "_native_batch_norm_legit",
                      "_batch_norm_with_update", "instance_norm"),
@@ -81,9 +82,11 @@ _PREFIXES = {"is_": _PYTHON_VALUE, "resize": _STATE, "as_strided": _STATE, "spar
 # queries whose answer is the dtype's, the same for every example: answered
 # on the storage
 _DTYPE_QUERIES = {"is_floating_point", "is_complex", "is_signed"}
-# ops that torch.func.vmap batches with a wrong gradient (torch 2.x; found by
-# tests/ops/test_opinfo.py): run per example instead
-_VMAP_WRONG = {"select_scatter", "linear_cross_entropy"}
+# ops to run per example even on static dims: torch.func.vmap batches them
+# with a wrong gradient (torch 2.x; found by tests/ops/test_opinfo.py), or
+# cannot batch them (a Python wrapper of ops whose result size depends on
+# the values)
+_PER_EXAMPLE = {"select_scatter", "linear_cross_entropy", "unique"}
 
 # the ops the fallback runs in this thread, when recording (see ``recording``)
 _LOG = _Slot()
@@ -124,17 +127,41 @@ def _aten(name):
     does it write one of its (non-``out``) arguments in place, and may its
     result's size depend on the values (no vmap batching rule can exist)."""
     packet = getattr(torch.ops.aten, name, None) if name and not name.startswith("__") else None
-    if packet is None:
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
         return False, False
     writes = dynamic = False
     for overload in packet.overloads():
         op = getattr(packet, overload)
-        if torch.Tag.out in op.tags:
+        if torch.Tag.out in op.tags or overload.endswith("out"):
             continue
         writes = writes or any(a.alias_info is not None and a.alias_info.is_write
+                               and not a.kwarg_only and isinstance(a.type, torch.TensorType)
                                for a in op._schema.arguments)
         dynamic = dynamic or torch.Tag.dynamic_output_shape in op.tags
     return writes, dynamic
+
+
+def plan(func):
+    """How the fallback runs torch callable ``func`` (for the coverage page):
+    "vmap" (on static dims; per example on dynamic ones), "per-example"
+    (always: vmap cannot batch it), "in place" (its out-of-place op, written
+    into the batch), "dtype" (a query of the dtype: one answer for all), or
+    why it refuses it."""
+    name = _short(func)
+    if name in _DTYPE_QUERIES:
+        return "dtype"
+    why = _refusal(name)
+    if why is None and not _in_place_form(name) and _aten(name)[0]:
+        why = _WRITES
+    if why is not None:
+        return "refused: it " + why
+    if _in_place_form(name):
+        return "in place"
+    return "per-example" if _aten(name)[1] or name in _PER_EXAMPLE else "vmap"
+
+
+_WRITES = ("changes one of its arguments in place (a Tensor every example shares would change "
+           "once per example)")
 
 
 def _refuse(func, why):
@@ -166,8 +193,7 @@ def fallback(func, args, kwargs, unplaced=None):
     if _in_place_form(name):
         return _in_place(func, name, args, kwargs)
     if _aten(name)[0]:
-        raise _refuse(func, "changes one of its arguments in place (a Tensor every example "
-                            "shares would change once per example)")
+        raise _refuse(func, _WRITES)
     leaves, spec = pytree.tree_flatten((_plain(args), _plain(kwargs)), is_leaf=is_mb)
     at = [i for i, v in enumerate(leaves) if is_mb(v)]
     B = leaves[at[0]].padded_data.size(0)
@@ -177,7 +203,7 @@ def fallback(func, args, kwargs, unplaced=None):
                              f"({B} and {leaves[i].padded_data.size(0)})")
     present, run = _live([leaves[i] for i in at], B)
     sizes = _common_sizes(leaves, at, run)
-    if sizes is not None and not _aten(name)[1] and name not in _VMAP_WRONG \
+    if sizes is not None and not _aten(name)[1] and name not in _PER_EXAMPLE \
             and kwargs.get("generator") is None:
         try:
             out = _vmapped(func, leaves, spec, at, sizes, present, run, B)

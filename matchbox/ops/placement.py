@@ -841,6 +841,7 @@ _declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.e
 _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
          torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)
 _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))
+_declare(Own(), torch.autograd.grad, torch.autograd.backward)
 _declare(Rowwise(trailing=0), torch.zeros_like, torch.ones_like, torch.full_like,
          torch.empty_like, torch.rand_like, torch.randn_like, torch.randint_like)
 _declare(Made(), T.new_zeros, T.new_ones, T.new_full, T.new_empty, T.new_tensor, T.new)
