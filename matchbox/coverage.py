@@ -137,8 +137,7 @@ def table():
                     and not _has_own_dispatch(obj)):
                 composite.append(name)
                 continue
-            way = plan(obj)
-            groups.setdefault("refused" if way.startswith("refused") else way, []).append(name)
+            groups.setdefault(plan(obj)[0], []).append(name)
         for way, title in (("vmap", "vmap, or per example on dynamic dims"),
                            ("per-example", "per-example fallback"), ("in place", "in place"),
                            ("dtype", "the dtype's answer, one for every example"),

@@ -41,6 +41,7 @@ that no benchmark task's hot path goes through it).
 """
 import contextlib
 import functools
+import re
 import warnings
 
 import torch
@@ -49,7 +50,7 @@ from torch.utils import _pytree as pytree
 
 from .._lanes import _Slot, active_lanes
 from ..core import MaskedBatch, storage_to_example
-from ._registry import MissingRule, func_name, is_mb, new, presence
+from ._registry import MissingRule, func_name, is_mb, new, presence, unwrap
 
 __all__ = ["PerExampleFallbackWarning", "fallback", "method", "plan", "recording", "REFUSED"]
 
@@ -142,22 +143,22 @@ def _aten(name):
 
 
 def plan(func):
-    """How the fallback runs torch callable ``func`` (for the coverage page):
-    "vmap" (on static dims; per example on dynamic ones), "per-example"
-    (always: vmap cannot batch it), "in place" (its out-of-place op, written
-    into the batch), "dtype" (a query of the dtype: one answer for all), or
-    why it refuses it."""
+    """``(way, why)``: how the fallback runs torch callable ``func``: "vmap"
+    (on static dims; per example on dynamic ones), "per-example" (always:
+    vmap cannot batch it), "in place" (its out-of-place op, written into
+    the batch), "dtype" (a query of the dtype: one answer for all), or
+    "refused" (``why`` says why)."""
     name = _short(func)
     if name in _DTYPE_QUERIES:
-        return "dtype"
-    why = _refusal(name)
-    if why is None and not _in_place_form(name) and _aten(name)[0]:
-        why = _WRITES
-    if why is not None:
-        return "refused: it " + why
+        return "dtype", None
     if _in_place_form(name):
-        return "in place"
-    return "per-example" if _aten(name)[1] or name in _PER_EXAMPLE else "vmap"
+        why = _refusal(name) or (None if _twin(name) is not None else
+                                 "changes its operand in place, and has no out-of-place form")
+        return ("in place", None) if why is None else ("refused", why)
+    why = _refusal(name) or (_WRITES if _aten(name)[0] else None)
+    if why is not None:
+        return "refused", why
+    return ("per-example" if _aten(name)[1] or name in _PER_EXAMPLE else "vmap"), None
 
 
 _WRITES = ("changes one of its arguments in place (a Tensor every example shares would change "
@@ -178,22 +179,19 @@ def fallback(func, args, kwargs, unplaced=None):
     gives, as batches.  ``unplaced``: the error of a rule that does not
     serve these operands' batch-of-one dimensions, raised where the
     fallback does not run the op either."""
-    name = _short(func)
     if kwargs.get("out") is not None:
         raise NotImplementedError(
             f"{func_name(func)}(..., out=...) is not supported with MaskedBatch operands: a "
             f"per-example result cannot be written into a given Tensor; bind the result instead")
-    if name in _DTYPE_QUERIES and len(args) == 1 and not kwargs:
-        return func(args[0].padded_data)
-    why = _refusal(name)
-    if unplaced is not None and (why is not None or _in_place_form(name)):
+    way, why = plan(func)
+    if way == "dtype":
+        return func(*(unwrap(a) for a in args), **kwargs)
+    if unplaced is not None and way in ("refused", "in place"):
         raise unplaced
-    if why is not None:
+    if way == "refused":
         raise _refuse(func, why)
-    if _in_place_form(name):
-        return _in_place(func, name, args, kwargs)
-    if _aten(name)[0]:
-        raise _refuse(func, _WRITES)
+    if way == "in place":
+        return _in_place(func, args, kwargs)
     leaves, spec = pytree.tree_flatten((_plain(args), _plain(kwargs)), is_leaf=is_mb)
     at = [i for i, v in enumerate(leaves) if is_mb(v)]
     B = leaves[at[0]].padded_data.size(0)
@@ -202,18 +200,21 @@ def fallback(func, args, kwargs, unplaced=None):
             raise ValueError(f"{func_name(func)}: operands hold different numbers of examples "
                              f"({B} and {leaves[i].padded_data.size(0)})")
     present, run = _live([leaves[i] for i in at], B)
-    sizes = _common_sizes(leaves, at, run)
-    if sizes is not None and not _aten(name)[1] and name not in _PER_EXAMPLE \
-            and kwargs.get("generator") is None:
+    sizes = _common_sizes(leaves, at, run) if way == "vmap" else None
+    if sizes is not None and kwargs.get("generator") is None:
         try:
             out = _vmapped(func, leaves, spec, at, sizes, present, run, B)
         except Exception as e:  # noqa: BLE001 (vmap cannot batch it: run each example)
-            if "inplace" in str(e) or "in-place" in str(e):
+            if _IN_PLACE.search(str(e)):
                 raise _refuse(func, "changes a Tensor that every example shares in place") from e
         else:
             _record(func, "vmap")
             return out
     return _per_example(func, leaves, spec, at, present, run, B)
+
+
+# how vmap says an op wrote per-example values into a Tensor every example shares
+_IN_PLACE = re.compile(r"in-?place|in place", re.IGNORECASE)
 
 
 def method(x, name):
@@ -223,9 +224,10 @@ def method(x, name):
     func = getattr(torch.Tensor, name)
     if name in ("H", "mH", "real", "imag"):
         return fallback(_attribute(name), (x,), {})
-    if not callable(func) or _refusal(name) is not None:
-        raise _refuse(func if callable(func) else _attribute(name),
-                      _refusal(name) or "is an attribute, not a value of the example")
+    if not callable(func):
+        raise _refuse(_attribute(name), "is an attribute, not a value of the example")
+    if plan(func)[0] == "refused":
+        raise _refuse(func, plan(func)[1])
 
     def call(*args, **kwargs):
         return fallback(func, (x,) + args, kwargs)
@@ -260,20 +262,25 @@ def _in_place_form(name):
     return name.endswith("_")
 
 
-def _in_place(func, name, args, kwargs):
+def _twin(name):
+    """The out-of-place op of in-place op ``name`` (``add`` of ``add_``,
+    ``__add__`` of ``__iadd__``), or None."""
+    short = "__" + name[3:] if name.startswith("__") else name[:-1]
+    return getattr(torch.Tensor, short, None) or getattr(torch, short, None) or \
+        getattr(F, short, None)
+
+
+def _in_place(func, args, kwargs):
     """``x.<op>_(...)`` (or ``x <op>= y``): the out-of-place op's value
     written into ``x``."""
     from .inplace import write_in_place
-    short = "__" + name[3:] if name.startswith("__") else name[:-1]
-    twin = getattr(torch.Tensor, short, None) or getattr(torch, short, None) or \
-        getattr(F, short, None)
-    if twin is None or not args or not is_mb(args[0]):
-        raise _refuse(func, "changes its operand in place, and has no out-of-place form to run "
-                            "per example")
+    twin = _twin(_short(func))
+    if not args or not is_mb(args[0]):
+        raise _refuse(func, "changes a Tensor every example shares in place")
 
     def compute(src, *rest, **kw):
         return fallback(twin, (src,) + rest, kw)
-    return write_in_place(args[0], compute, args[1:], kwargs, name)
+    return write_in_place(args[0], compute, args[1:], kwargs, _short(func))
 
 
 # ------------------------------------------------------------------ which examples run

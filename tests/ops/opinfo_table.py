@@ -88,8 +88,6 @@ SKIP = {
 XFAIL = {
     "nn.functional.cross_entropy": "probability (soft) targets, (C,) per example, crash "
                                    "inside the rule (ops/loss.py): RuntimeError from torch",
-    "split": "split along a dynamic dim: examples have different numbers of chunks; the "
-             "batch returns as many as the longest example instead of refusing",
     "nn.functional.kl_div": "reduction='none' over a dynamic dim of examples with no "
                             "batch-of-one dim: wrong output shape",
     "norm.nuc": "nuclear norm with dim=None on examples with no batch-of-one dim crashes "
