@@ -1112,13 +1112,20 @@ def dispatch(func, rule, args, kwargs):
     return rule(*args, **kwargs)
 
 
+class Unplaced(NotImplementedError):
+    """A rule does not serve values whose batch-of-one dimension sits where
+    these operands hold it (ops/placement.py raises it): dispatch runs the
+    general fallback (ops/fallback.py) instead, which raises it where it
+    does not run the op either."""
+
+
 def _dispatch_flagged(func, place, rule, args, kwargs):
     placed = _placed(args) or (kwargs and _placed(kwargs.values()))
-    from .ops.placement import Unplaced, unplaced
     try:
         if place is not None and (place.always or placed):
             out = place(func, rule, args, kwargs)
         elif placed:
+            from .ops.placement import unplaced
             raise unplaced(func, args)
         else:
             out = rule(*args, **kwargs)

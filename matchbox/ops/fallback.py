@@ -65,7 +65,7 @@ _STATE = "acts on autograd or memory state, not on each example's values"
 REFUSED = {
     **dict.fromkeys(("tolist", "numpy", "equal", "allclose", "data_ptr", "const_data_ptr",
                      "dense_dim", "sparse_dim", "dim_order", "ndimension", "storage",
-                     "untyped_storage", "storage_offset", "storage_type", "stride", "type",
+                     "untyped_storage", "storage_offset", "storage_type", "stride",
                      "qscheme", "q_scale", "q_zero_point", "q_per_channel_axis",
                      "q_per_channel_scales", "q_per_channel_zero_points"), _PYTHON_VALUE),
     **dict.fromkeys(("apply_", "map_", "map2_", "record_stream", "register_hook",
@@ -350,7 +350,7 @@ def _vmapped(func, leaves, spec, at, sizes, present, run, B):
         return func(*args, **kwargs)
 
     out = torch.func.vmap(one, randomness="different")(*datas)
-    place = _place(places)
+    place = _place([leaves[i] for i in at])
 
     def batched(y):
         if rows is not None:
@@ -363,22 +363,16 @@ def _vmapped(func, leaves, spec, at, sizes, present, run, B):
     return pytree.tree_map(batched, out)
 
 
-def _place(places):
+def _place(batches):
     """Where the results may hold their batch-of-one dimension: where every
-    operand holds it (a result with size 1 there), else nowhere."""
-    ps = set(places)
+    operand that is more than one number per example holds it (a result
+    with size 1 there), else nowhere."""
+    ps = {x._bdim for x in batches if x.dim() > 0}
     return ps.pop() if len(ps) == 1 else None
 
 
 def _per_example(func, leaves, spec, at, present, run, B):
     """Each example's own call on its real slice; the results padded back."""
-    warnings.warn(
-        f"{func_name(func)} has no rule on a MaskedBatch, and torch.func.vmap cannot batch it "
-        f"here (a dynamic dimension, or a result whose size depends on the values), so "
-        f"matchbox runs it once per example (correct, slower). Silence this with "
-        f"warnings.filterwarnings('ignore', category=matchbox.PerExampleFallbackWarning)",
-        PerExampleFallbackWarning, stacklevel=2)
-    _record(func, "per-example")
     lengths = {i: _host_lengths(leaves[i]) for i in at}
     todo = range(B) if run is None else run.nonzero().squeeze(1).tolist()
     outs = {}
@@ -401,7 +395,14 @@ def _per_example(func, leaves, spec, at, present, run, B):
         if not isinstance(y, torch.Tensor) or y.layout != torch.strided:
             raise _refuse(func, _PYTHON_VALUE if not isinstance(y, torch.Tensor) else
                           f"gives {y.layout} Tensors, which a MaskedBatch does not hold")
-    place = _place([leaves[i]._bdim for i in at])
+    warnings.warn(
+        f"{func_name(func)} has no rule on a MaskedBatch, and torch.func.vmap cannot batch it "
+        f"here (a dynamic dimension, or a result whose size depends on the values), so "
+        f"matchbox runs it once per example (correct, slower). Silence this with "
+        f"warnings.filterwarnings('ignore', category=matchbox.PerExampleFallbackWarning)",
+        PerExampleFallbackWarning, stacklevel=2)
+    _record(func, "per-example")
+    place = _place([leaves[i] for i in at])
     results = [_padded([outs[b][0][k] if b in outs else None for b in range(B)], present, place)
                for k in range(len(first))]
     return pytree.tree_unflatten(results, structure)

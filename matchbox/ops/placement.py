@@ -19,20 +19,14 @@ import math
 
 import torch
 
-from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
+from ..core import PLACEMENTS, RULES, MaskedBatch, Unplaced, adopt, relabel, squeezed, storage_dim
 from ._registry import func_name, is_mb
 from .indexing import put
 
-__all__ = ["unplaced", "Unplaced"]
+__all__ = ["unplaced"]
 
 T = torch.Tensor
 F = torch.nn.functional
-
-
-class Unplaced(NotImplementedError):
-    """An op's rule does not serve values whose batch-of-one dimension sits
-    where these do; dispatch then runs the general fallback
-    (ops/fallback.py), which raises this where it cannot run the op."""
 
 
 def unplaced(func, args):

@@ -761,7 +761,7 @@ def _pieces(x, d, starts, lens, exists):
             [idx.size(0)] + [size if i == d else 1 for i in range(1, data.dim())])
         m = gather_line(mask, d, idx) & inside & exists[k].view([-1] + [1] * (data.dim() - 1))
         p = exists[k] if present is None else exists[k] & present
-        out.append(new(gather_line(data, d, idx), m, x.dims, bdim=x._bdim,
+        out.append(new(gather_line(data, d, idx), m, x.dims,
                        present=p if bool(((lens[k] == 0) & p).any()) else None))
     return Pieces(out).of(exists)
 
@@ -779,15 +779,12 @@ def split(x, split_size_or_sections, dim=0):
             raise ValueError(
                 f"split: dimension {d} is dynamic, so a list of section sizes cannot add up to "
                 f"every example's size; split by an int size or split a static dim")
-        mask = _full_mask(x, d)
-        lens = x._lengths(d)
-        pieces = []
-        for i, (t, m) in enumerate(zip(x.padded_data.split(s, d), mask.split(s, d))):
-            exists = (lens > i * s) | (i == 0)  # an example of length 0 has one empty piece
-            pieces.append(new(t, m, x.dims, bdim=x._bdim,
-                              present=None if x._present is None else x._present & exists))
-        return Pieces(pieces).of(torch.stack([(lens > i * s) | (i == 0)
-                                              for i in range(len(pieces))]))
+        parts = list(zip(x.padded_data.split(s, d), _full_mask(x, d).split(s, d)))
+        lens, present = x._lengths(d), x._present
+        # (an example of length 0 has one empty piece)
+        exists = torch.stack([(lens > i * s) | (i == 0) for i in range(len(parts))])
+        return Pieces(new(t, m, x.dims, present=None if present is None else present & e)
+                      for (t, m), e in zip(parts, exists)).of(exists)
     return tuple(new(t, x._mask, x.dims) for t in x.padded_data.split(s, d))
 
 

@@ -88,8 +88,6 @@ SKIP = {
 XFAIL = {
     "nn.functional.cross_entropy": "probability (soft) targets, (C,) per example, crash "
                                    "inside the rule (ops/loss.py): RuntimeError from torch",
-    "nn.functional.kl_div": "reduction='none' over a dynamic dim of examples with no "
-                            "batch-of-one dim: wrong output shape",
     "norm.nuc": "nuclear norm with dim=None on examples with no batch-of-one dim crashes "
                 "(ops/reduction.py)",
     "polygamma.polygamma_n_0": "x.polygamma(n) hands (x, n) to the rule of "
