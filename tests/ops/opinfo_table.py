@@ -90,13 +90,9 @@ XFAIL = {
                                    "inside the rule (ops/loss.py): RuntimeError from torch",
     "norm.nuc": "nuclear norm with dim=None on examples with no batch-of-one dim crashes "
                 "(ops/reduction.py)",
-    "polygamma.polygamma_n_0": "x.polygamma(n) hands (x, n) to the rule of "
-                               "torch.polygamma(n, x): TypeError (ops/pointwise.py)",
     "nn.functional.embedding": "F.embedding(ids, weight) with a MaskedBatch weight: "
                                "AttributeError '_bdim' instead of a clear error",
 }
-for _n in range(1, 5):
-    XFAIL[f"polygamma.polygamma_n_{_n}"] = XFAIL["polygamma.polygamma_n_0"]
 
 
 def load_op_db():
