@@ -382,15 +382,6 @@ def align(args, op="op"):
                     f"leading dimension of size 1 in the result; give it a leading 1 "
                     f"(t.unsqueeze(0)), or make it per-example data with "
                     f"MaskedBatch.fromlist")
-            for i in range(max(0, n - a.dim()), n):
-                s = a.size(i + a.dim() - n)
-                if dims[i] and s != 1:  # every example must have size s there, as above
-                    first, fd = owner[i]
-                    lens = first._lengths(fd)
-                    fail_if(lens != s, lambda _: ValueError(
-                        f"{op}: a plain Tensor of shape {tuple(a.shape)} meets "
-                        f"{_describe(first, fd)} whose examples have sizes {lens.tolist()}"),
-                        f"{op}: a plain Tensor meets a dynamic dimension of other sizes")
             datas.append(a)
         else:
             datas.append(a)

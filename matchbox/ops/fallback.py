@@ -26,15 +26,15 @@ distribution of a loop over the examples, not its numbers.  Given
 ``generator=g`` it runs per example, in example order, so that one call
 draws exactly the numbers a loop over the examples draws from ``g``.
 
-Refused with an error naming the op, as before: an op whose result is a
-Python value rather than a Tensor per example (``tolist``, ``equal``,
+Refused with an error naming the op: an op whose result is a Python value
+rather than a Tensor per example (``equal``, ``data_ptr``,
 ``is_contiguous`` ...), one that changes shared state in place (an
-argument of its schema it writes; batch norm's running statistics) or
-acts on autograd or memory rather than on values (``register_hook``,
+argument its schema writes; batch norm's running statistics) or acts on
+autograd or memory rather than on values (``register_hook``,
 ``as_strided``, ``set_`` ...), and one whose results are not per-example
 tensors of one structure (sparse, or a different number of them per
-example).  An in-place method (``x.lerp_(...)``) runs as its out-of-place
-op written into ``x`` (matchbox/ops/inplace.py).
+example).  An in-place method (``x.renorm_(...)``) runs as its
+out-of-place op written into ``x`` (matchbox/ops/inplace.py).
 
 ``recording()`` lists the ops the fallback runs (the test suite asserts
 that no benchmark task's hot path goes through it).
@@ -63,7 +63,7 @@ class PerExampleFallbackWarning(UserWarning):
 _PYTHON_VALUE = "gives a Python value, not a Tensor, per example"
 _STATE = "acts on autograd or memory state, not on each example's values"
 REFUSED = {
-    **dict.fromkeys(("tolist", "numpy", "equal", "allclose", "data_ptr", "const_data_ptr",
+    **dict.fromkeys(("equal", "allclose", "data_ptr", "const_data_ptr",
                      "dense_dim", "sparse_dim", "dim_order", "ndimension", "storage",
                      "untyped_storage", "storage_offset", "storage_type", "stride",
                      "qscheme", "q_scale", "q_zero_point", "q_per_channel_axis",
@@ -194,6 +194,9 @@ def fallback(func, args, kwargs, unplaced=None):
         return _in_place(func, args, kwargs)
     leaves, spec = pytree.tree_flatten((_plain(args), _plain(kwargs)), is_leaf=is_mb)
     at = [i for i, v in enumerate(leaves) if is_mb(v)]
+    if not at:
+        raise _refuse(func, "gets its MaskedBatch operands inside objects the fallback does not "
+                            "look into (only tuples, lists and dicts)")
     B = leaves[at[0]].padded_data.size(0)
     for i in at:
         if leaves[i].padded_data.size(0) != B:
@@ -336,7 +339,7 @@ def _vmapped(func, leaves, spec, at, sizes, present, run, B):
     if rows is not None and rows.numel() == B:
         rows = None
     datas, places = [], [leaves[i]._bdim for i in at]
-    for i in at:
+    for i in at:  # each example's storage slice, cut to the common sizes
         data = leaves[i].padded_data
         for d, n in sizes[i].items():
             data = data.narrow(d, 0, n)

@@ -6,9 +6,9 @@ varying in size, and must agree with the per-example loop in values and
 gradients (``mb_test``), or refuse with an error from matchbox that says
 why: through its rule where the op has one, else through the general
 fallback (matchbox/ops/fallback.py) or the ops with rules it is made of.
-The cases and the coverage page they produce live in ``opinfo_table.py``;
-``docs/opinfo.md`` is that page, and the last tests check it is current and
-that the coverage stays at least what issue 30 asked for.
+The cases live in ``opinfo_table.py``, the coverage page they produce in
+``opinfo_page.py``; ``docs/opinfo.md`` is that page, and the last tests check
+it is current and that the coverage stays at least what issue 30 asked for.
 """
 import os
 
@@ -18,6 +18,7 @@ import torch
 pytest.importorskip("expecttest", reason="torch's op database (torch.testing._internal) "
                     "imports expecttest: pip install expecttest (it is in the [test] extra)")
 
+import opinfo_page as op  # noqa: E402
 import opinfo_table as ot  # noqa: E402
 
 OP_DB = ot.load_op_db()  # once per session (~3 s)
@@ -44,7 +45,7 @@ def test_op_matches_the_per_example_loop(opinfo):
                     f"remove it from XFAIL and regenerate docs/opinfo.md")
     assert not problems, f"{name}: " + "\n".join(problems)
     if ot.refused_by_fallback(result):  # issue 30: no MissingRule for an op vmap batches
-        assert not ot.vmap_reference(opinfo), (
+        assert not op.vmap_reference(opinfo), (
             f"{name}: the general fallback refuses it, but torch.func.vmap batches it")
 
 
@@ -67,7 +68,7 @@ def test_an_op_without_a_rule_runs_through_the_fallback():
     positive-definite sample)."""
     result = ot.check(next(o for o in OP_DB if o.name == "cholesky"))
     assert result["kind"] == "fallback", result
-    assert ot.path(result, "static") == "fallback: vmap", result
+    assert op.path(result, "static") == "fallback: vmap", result
 
 
 def _all_results():
@@ -79,7 +80,7 @@ def _all_results():
 def test_coverage_is_at_least_what_issue_30_asked():
     """Static passes at least vmap's count in the issue (588), dynamic at
     least 500, and nothing wrong beyond the known bugs (the test above)."""
-    f = ot.figures(_all_results())
+    f = op.figures(_all_results())
     assert f["static pass"] >= 588 and f["dynamic pass"] >= 500, f
 
 
@@ -88,6 +89,6 @@ def test_docs_opinfo_is_current():
     only some of them selected it cannot be checked)."""
     results = _all_results()
     with open(DOC) as f:
-        assert ot.skeleton(f.read()) == ot.skeleton(ot.table(results)), (
+        assert op.skeleton(f.read()) == op.skeleton(op.table(results)), (
             "docs/opinfo.md is out of date (an op's status or a figure changed): run "
-            "python -m tests.ops.opinfo_table > docs/opinfo.md")
+            "python -m tests.ops.opinfo_page > docs/opinfo.md")

@@ -126,18 +126,6 @@ def test_different_lengths_are_refused():
         x * s
 
 
-def test_a_shared_tensor_meets_a_dynamic_dim_of_its_size_only():
-    """A plain Tensor of size 4 meets a dynamic dim: examples of another
-    size (1 included, which per example would broadcast to 4) raise rather
-    than keep their own size; examples of size 4 take it."""
-    t = torch.randn(1, 4)
-    x = MaskedBatch.fromlist([torch.randn(1, n) for n in (1, 4)], (True,))
-    with pytest.raises(ValueError, match=r"plain Tensor of shape \(1, 4\).*sizes \[1, 4\]"):
-        x + t
-    y = MaskedBatch.fromlist([torch.randn(1, 4) for _ in range(2)], (True,))
-    assert all(torch.equal(a, b + t) for a, b in zip((y + t).examples(), y.examples()))
-
-
 def test_padding_nan_never_reaches_real_gradients():
     """log/sqrt/div of padding zeros must not put NaN into real gradients."""
     data = torch.rand(3, 4, dtype=torch.float64) + 0.5
