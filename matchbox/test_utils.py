@@ -149,7 +149,8 @@ def _held(obj, j, path="output", bpath="output"):
             k += 1
         return out
     if isinstance(obj, dict):
-        return [h for key in obj for h in _held(obj[key], j, f"{path}[{key!r}]", f"{bpath}[{key!r}]")]
+        return [h for key in obj
+                for h in _held(obj[key], j, f"{path}[{key!r}]", f"{bpath}[{key!r}]")]
     return [(path, bpath, obj)]
 
 

@@ -43,7 +43,7 @@ def _cotangent(y, g, implicit):
     entry ``g``: 0 wherever ``y`` is not real."""
     data = y.padded_data
     if g is None:
-        if implicit and (any(y.dims) or data[0:1].numel() != 1):
+        if implicit and (any(y.dims) or data.shape[1:].numel() != 1):
             raise RuntimeError(
                 "grad can be implicitly created only for scalar outputs: each example's output "
                 "has more than one element; give grad_outputs (or reduce it per example first, "
@@ -121,8 +121,8 @@ def _per_example_grads(datas, cots, params, retain, kw):
     eye = torch.eye(B, dtype=torch.bool, device=datas[0].device)
     one_hot = [torch.where(eye.view((B, B) + (1,) * (c.dim() - 1)), c.unsqueeze(0), 0)
                for c in cots]
-    try:
-        return torch.autograd.grad(datas, params, one_hot, retain_graph=retain,
+    try:  # (the graph kept: a failed try must leave it for the passes below)
+        return torch.autograd.grad(datas, params, one_hot, retain_graph=True,
                                    is_grads_batched=True, **kw)
     except RuntimeError:  # a backward vmap cannot run: one pass per example
         rows = [torch.autograd.grad(datas, params, [c[b] for c in one_hot],

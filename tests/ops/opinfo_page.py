@@ -207,7 +207,8 @@ def main():
     if "--vmap" in sys.argv:
         print(f"torch.func.vmap passes {vmap_count} of {len(op_db)} entries")
         return
-    sys.stdout.write(table(run_all(op_db, log=sys.stderr if "-v" in sys.argv else None), vmap_count))
+    results = run_all(op_db, log=sys.stderr if "-v" in sys.argv else None)
+    sys.stdout.write(table(results, vmap_count))
 
 
 if __name__ == "__main__":

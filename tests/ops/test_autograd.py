@@ -103,3 +103,28 @@ def test_backward_accumulates_the_sum_over_examples():
     for p, w in zip(lin.parameters(), want):
         assert torch.allclose(p.grad, w)
     assert batch.grad is not None and batch.grad.dims == (True, False)
+
+
+class _Twice(torch.autograd.Function):
+    """2x, with a backward that reads a Python number (vmap cannot batch it)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * (2.0 if float(g.detach().abs().sum()) >= 0 else 0.0)
+
+
+def test_per_example_gradients_where_vmap_cannot_run_the_backward():
+    w = torch.randn(3, dtype=torch.float64, requires_grad=True)
+
+    def f(x):
+        gw, = torch.autograd.grad(((x * _Twice.apply(w)) ** 2).sum(), w)
+        return gw
+
+    xs = [torch.randn(1, n, 3, dtype=torch.float64) for n in (2, 4, 1)]
+    got = f(MaskedBatch.fromlist(xs, (True, False)))
+    for g, x in zip(got.examples(), xs):
+        assert torch.allclose(g, f(x))
