@@ -424,17 +424,17 @@ class MaskedBatch:
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         rule = RULES.get(func)
-        if rule is None:
-            from .ops._registry import lookup
-            rule = lookup(func)  # raises, naming the op
+        if rule is None:  # the general fallback (ops/fallback.py)
+            from .ops.fallback import fallback
+            return fallback(func, args, kwargs or {})
         return dispatch(func, rule, args, kwargs or {})
 
     def __getattr__(self, name):
         # Only reached for names the class does not define: Tensor methods
-        # that have no rule yet.
+        # that have no rule, which the general fallback serves (ops/fallback.py).
         if not name.startswith("_") and hasattr(torch.Tensor, name):
-            from .ops._registry import missing_rule
-            raise missing_rule(f"Tensor.{name}")
+            from .ops.fallback import method
+            return method(self, name)
         raise AttributeError(f"'MaskedBatch' object has no attribute '{name}'")
 
     # ------------------------------------------------------------ masks
@@ -1117,15 +1117,26 @@ def dispatch(func, rule, args, kwargs):
     return rule(*args, **kwargs)
 
 
+class Unplaced(NotImplementedError):
+    """A rule does not serve values whose batch-of-one dimension sits where
+    these operands hold it (ops/placement.py raises it): dispatch runs the
+    general fallback (ops/fallback.py) instead, which raises it where it
+    does not run the op either."""
+
+
 def _dispatch_flagged(func, place, rule, args, kwargs):
     placed = _placed(args) or (kwargs and _placed(kwargs.values()))
-    if place is not None and (place.always or placed):
-        out = place(func, rule, args, kwargs)
-    elif placed:
-        from .ops.placement import unplaced
-        raise unplaced(func, args)
-    else:
-        out = rule(*args, **kwargs)
+    try:
+        if place is not None and (place.always or placed):
+            out = place(func, rule, args, kwargs)
+        elif placed:
+            from .ops.placement import unplaced
+            raise unplaced(func, args)
+        else:
+            out = rule(*args, **kwargs)
+    except Unplaced as e:  # no rule for this placement: the general fallback
+        from .ops.fallback import fallback
+        return fallback(func, args, kwargs, unplaced=e)
     from .ops._registry import keep_presence
     return keep_presence(out, args, kwargs, func)
 

@@ -21,7 +21,7 @@ from ..core import (RULES, MaskedBatch, dispatch, empty_present, empty_sizes, re
                     with_lanes)
 
 __all__ = [
-    "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
+    "RULES", "register", "MissingRule", "is_mb", "unwrap", "new",
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
     "tensor_methods", "register_distinct", "canon_mask", "keep", "on_real_rows", "gathers_rows",
     "scatter_rows", "true_rows", "uncut", "fail_if", "with_lanes", "presence", "keep_presence",
@@ -86,37 +86,27 @@ def register_distinct(*funcs):
 
 def func_name(func):
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    if "<locals>" in name:  # torch's boolean_dispatch wrappers (torch.unique, F.max_pool1d)
+        name = getattr(func, "__name__", name)
     mod = getattr(func, "__module__", None) or ""
     if name.startswith("_VariableFunctionsClass."):  # torch.addmm and friends
         name = name.split(".", 1)[1]
     if name.startswith("TensorBase.") or name.startswith("_TensorBase."):
         name = "Tensor." + name.split(".", 1)[1]
-    if mod.startswith("torch.nn.functional"):
+    if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
         return f"torch.nn.functional.{name}"
+    family = mod[len("torch._C._"):] if mod.startswith("torch._C._") else ""
+    if family in ("linalg", "fft", "special") and name.startswith(family + "_"):
+        return f"torch.{family}.{name[len(family) + 1:]}"  # torch.linalg.norm
     if name.startswith("Tensor."):
         return f"torch.{name}"
     return f"torch.{name}" if "." not in name else name
 
 
 class MissingRule(NotImplementedError, AttributeError):
-    """No rule for a torch op on a MaskedBatch.  Also an AttributeError, so
-    ``hasattr(x, name)`` and ``getattr(x, name, default)`` answer instead
-    of raising."""
-
-
-def missing_rule(name):
-    return MissingRule(
-        f"matchbox has no rule for {name} on a MaskedBatch. Op rules live in "
-        f"matchbox/ops/ (one module per op family); add one there with "
-        f"@register({name}), or leave matchbox with .to_padded()/.examples() and "
-        f"handle the padding yourself.")
-
-
-def lookup(func):
-    rule = RULES.get(func)
-    if rule is None:
-        raise missing_rule(func_name(func))
-    return rule
+    """A torch op with no rule on a MaskedBatch that the general fallback
+    (ops/fallback.py) refuses.  Also an AttributeError, so ``hasattr(x,
+    name)`` and ``getattr(x, name, default)`` answer instead of raising."""
 
 
 # ---------------------------------------------------------------- helpers

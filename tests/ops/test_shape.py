@@ -257,7 +257,6 @@ ERRORS = [
     (lambda x: x.view(1, 5, 7), ValueError, "does not fit"),
     (lambda x: x.t(), ValueError, "transpose"),
     (lambda x: x.split([1, 1], 1), ValueError, "dynamic"),
-    (lambda x: x.chunk(2, 1), ValueError, "split"),
     (lambda x: x.split_dim(1, 2), ValueError, "dynamic"),
     (lambda x: x.split_dim(2, 4), ValueError, "divisible"),
     (lambda x: x.unflatten(1, (1, -1)), ValueError, "dynamic"),
