@@ -40,9 +40,8 @@ def read(x, shared=True):
     inactive branches stop_gradient'ed inputs the same way).  Every read of
     one value under the same lanes gives the same batch: one cut (one
     backward node) where each read would make its own.  The target of an
-    in-place op is read with ``shared=False``: a read of its own, whose
-    data is not the cut's view (which no in-place op may write), so that
-    the write reaches ``x``."""
+    in-place op is read with ``shared=False``: a read of its own (a read
+    shares ``x``'s storage, so the write reaches ``x``)."""
     comp = _owned()
     return _read(x if comp is None else comp.take(x), shared)
 
