@@ -14,7 +14,7 @@ from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .compaction import owned as _owned
 from .lists import extend_owned
-from .select import ShapeMismatch, select
+from .select import ShapeMismatch, rebuilt, select
 from .values import Mixed, Undefined
 
 
@@ -88,7 +88,7 @@ def _compacted_assign(comp, old, new, keep=True):
     if isinstance(new, tuple) and (isinstance(old, Undefined)
                                    or isinstance(old, tuple) and len(old) == len(new)):
         olds = old if isinstance(old, tuple) else (old,) * len(new)
-        return tuple(_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new))
+        return rebuilt(new, [_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new)])
     if type(old) is Mixed:  # a compacted loop keeps one value per variable
         raise ShapeMismatch(new, next(v for _, v in old.parts))
     current = comp.take(old)

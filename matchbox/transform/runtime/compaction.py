@@ -33,6 +33,7 @@ import torch
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows
+from .select import rebuilt
 
 _new = MaskedBatch._new
 
@@ -97,7 +98,7 @@ class Compaction:
         """``x`` as this iteration reads it: the live rows of a full-batch
         value (of each, in a tuple)."""
         if isinstance(x, tuple):
-            return tuple(self.take(v) for v in x)
+            return rebuilt(x, [self.take(v) for v in x])
         return self._take(x)
 
     def _take(self, x):
@@ -219,7 +220,7 @@ class StepCompaction(Compaction):
 
     def settle(self, x):
         if isinstance(x, tuple):
-            return tuple(self.settle(v) for v in x)
+            return rebuilt(x, [self.settle(v) for v in x])
         kept = self._kept(x)
         if kept is None:
             return x
@@ -356,7 +357,7 @@ class BranchCompaction(Compaction):
         if isinstance(new, tuple) and (isinstance(old, Undefined)
                                        or isinstance(old, tuple) and len(old) == len(new)):
             olds = old if isinstance(old, tuple) else (old,) * len(new)
-            return tuple(self.assign(o, v) for o, v in zip(olds, new))
+            return rebuilt(new, [self.assign(o, v) for o, v in zip(olds, new)])
         new = _assign(self.take(old), new)  # (masked by a loop or branch inside this one)
         if type(new) is Mixed:
             out = old
