@@ -55,9 +55,12 @@ class _Hoist(gast.NodeTransformer):
         self.ctx, self.outer, self.defs, self.bound = ctx, outer, [], set()
 
     def visit_Call(self, node):
+        own = thunks(node, self.ctx.runtime)
+        for lam in own:   # thunks in thunks first (and_ of an and_)
+            lam.body = self.visit(lam.body)
         self.generic_visit(node)
         for k, lam in enumerate(node.args):
-            if lam not in thunks(node, self.ctx.runtime):
+            if lam not in own:
                 continue
             names = _walrus_targets(lam)
             if not names:
