@@ -339,7 +339,37 @@ class BranchCompaction(Compaction):
 
     def __init__(self, alive, codes, description, parent=None):
         super().__init__(alive, codes, description)
-        self.parent = parent
+        self.parent, self.held = parent, None
+
+    def hold_attributes(self, owner):
+        """For the branch, ``owner``'s (a method's ``self``) full-batch
+        attributes (``self.memory``, ``self.cache``) hold their branch rows:
+        a method called in the branch reads them at the branch's batch size
+        and may set them (``release_attributes`` scatters them back).  Not
+        in a map loop's body, whose lanes are (example, step) pairs."""
+        attrs = getattr(owner, "__dict__", None)
+        if attrs is None or self.parent is not None:
+            return
+        before = dict(attrs)
+        gathered = {name: self.rows_of(v) for name, v in before.items() if self.full(v)}
+        attrs.update(gathered)
+        self.held = (attrs, before, gathered)
+
+    def release_attributes(self, done=True):
+        """After the branch (``done``: it ran to its end): each attribute of
+        the owner set in it to a value of the branch's rows holds that value
+        in those lanes and its old one in the others; the others are back
+        as they were."""
+        if self.held is None:
+            return
+        attrs, before, gathered = self.held
+        self.held = None
+        for name, v in list(attrs.items()):
+            old = before.get(name)
+            if name in gathered and (v is gathered[name] or not done):
+                attrs[name] = old  # read only (or the branch raised): as it was
+            elif done and (self.compacted(v) or v is not old and self.full(old)):
+                attrs[name] = self._write(old, v, self.alive)
 
     def _take(self, x):
         from .values import Mixed

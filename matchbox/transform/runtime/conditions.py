@@ -132,12 +132,14 @@ class if_true:
     gathered: ``conditionals.py`` decides which) lets the branch run on its
     lanes only, gathered and scattered back (``compaction.BranchCompaction``),
     when few lanes take it: ``share`` is ``@batch(compact=...)``'s share,
-    None for the measured rule (``compaction.branch_compaction``)."""
+    None for the measured rule (``compaction.branch_compaction``);
+    ``owner``, a method's ``self``, whose attributes a gathered branch
+    gathers and scatters back as it does variables."""
 
-    __slots__ = ("c", "gather", "share", "code", "token", "compact_token")
+    __slots__ = ("c", "gather", "share", "owner", "code", "token", "compact_token")
 
-    def __init__(self, c, gather=None, share=None):
-        self.c, self.gather, self.share = c, gather, share
+    def __init__(self, c, gather=None, share=None, owner=None):
+        self.c, self.gather, self.share, self.owner = c, gather, share, owner
         self.code = sys._getframe(1).f_code if gather is not None else None
 
     def _lanes(self):
@@ -158,12 +160,14 @@ class if_true:
             if comp is not None:
                 self.compact_token = _COMPACT.set(comp)
                 _ACTIVE.set(None)  # every gathered lane is active
+                comp.hold_attributes(self.owner)
         return run
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, error, tb):
         if self.token is None and isinstance(self.c, bool):
             return False
         if self.compact_token is not _NONE:
+            _COMPACT.get().release_attributes(error is None)
             _COMPACT.reset(self.compact_token)
         _ACTIVE.reset(self.token)
         return False
@@ -174,8 +178,8 @@ class if_false(if_true):
 
     __slots__ = ()
 
-    def __init__(self, c, gather=None, share=None):
-        self.c, self.gather, self.share = c, gather, share
+    def __init__(self, c, gather=None, share=None, owner=None):
+        self.c, self.gather, self.share, self.owner = c, gather, share, owner
         self.code = sys._getframe(1).f_code if gather is not None else None
 
     def _lanes(self):
