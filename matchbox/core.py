@@ -186,9 +186,9 @@ def absent_examples(x):
 
 
 _NO_VALUE_WHY = (
-    "it was computed in a step those examples do not have (e.g. a loop over x.unbind(d), "
-    "x.unbind(d)[i] or sum(x.unbind(d)) outside @matchbox.batch, where the last step is not "
-    "every example's last), or MaskedBatch(data, mask, dims) was given a mask that marks "
+    "it was computed in a step those examples do not have (e.g. the padded steps of "
+    "x.unbind(d) walked outside @matchbox.batch, where the last step is not every "
+    "example's last), or MaskedBatch(data, mask, dims) was given a mask that marks "
     "none of their entries real with only static dims (with a dynamic dim, such an example "
     "is one of length 0, which holds a value)")
 

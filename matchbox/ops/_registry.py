@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from .. import _lanes
 from .._lanes import batch_size_hint
 from ..core import (RULES, MaskedBatch, dispatch, empty_present, empty_sizes, real_mask, uncut,
                     with_lanes)
@@ -507,13 +508,14 @@ def keep_presence(out, args, kwargs, func):
     ops = [a for a in _operands(args, kwargs)]
     if not any(a._present is not None for a in ops):
         return out
+    _no_value_lost(args, kwargs, func)
     B = ops[0]._data.size(0)
-    p = empty = full = None
+    p = _joined_presence(args, kwargs)
+    empty = full = None
     for a in ops:
         if a._data.size(0) != B:
             return out
         real = _lanes_real(a)
-        p = _and(p, presence(a))
         if a._present is not None:
             empty = _or(empty, a._present if real is None else a._present & ~real)
         if any(a.dims):
@@ -543,6 +545,67 @@ def keep_presence(out, args, kwargs, func):
                 f"leave them out of the batch"),
                 f"{func_name(func)}: an empty example's result sizes are unknown")
     return out
+
+
+def _joined_presence(args, kwargs):
+    """Where every operand holds a value; the items of a per-example
+    sequence (each an item some examples may lack: a step of
+    ``x.unbind(d)``, @batch's list item, tagged ``_listed``) count as one
+    operand that an example holds where it holds any of them (``stack``
+    joins the items each example holds)."""
+    p = None
+    for a in list(args) + list(kwargs.values()):
+        if type(a) is MaskedBatch:
+            p = _and(p, presence(a))
+        elif type(a) is list or type(a) is tuple:
+            items = [b for b in a if type(b) is MaskedBatch]
+            if items and all(getattr(b, "_listed", None) is not None or b._present is not None
+                             for b in items):
+                held = [presence(b) for b in items]
+                if all(h is not None for h in held):
+                    p = _and(p, torch.stack(held).any(0))
+            else:
+                for b in items:
+                    p = _and(p, presence(b))
+    return p
+
+
+def _no_value_lost(args, kwargs, func):
+    """Raise where an op joins a value that some examples hold with one
+    that holds none for them (a step of ``x.unbind(d)`` they do not have):
+    per example the value would exist (the example's own loop or sum ends
+    at its own last step), batched it would hold none, and the error would
+    come only at a loss or ``examples()``, far from here.  Items of a
+    sequence (``stack``, ``cat``) are joined per example: not checked."""
+    ops = [a for a in list(args) + list(kwargs.values()) if type(a) is MaskedBatch]
+    if len(ops) < 2:
+        return
+    B = ops[0]._data.size(0)
+    held = lacked = None
+    for a in ops:
+        if a._data.size(0) != B:
+            return
+        p = presence(a)
+        if p is not None:
+            held, lacked = _or(held, p), _or(lacked, ~p)
+        else:
+            held = torch.ones(B, dtype=torch.bool, device=a._data.device)
+    if held is None or lacked is None:
+        return
+    lost = held & lacked
+    lanes = _lanes.active_lanes()
+    if lanes is not None:
+        lost = lost & lanes
+    name = func_name(func)
+    fail_if(lost, lambda k: ValueError(
+        f"{name}: one operand holds no value for example {k[0]} (a step of x.unbind(d) that "
+        f"example does not have, or a value made from one) where another holds one, so the "
+        f"result would hold none for it, though per example it has one. A Python loop, sum(), "
+        f"functools.reduce or a generator over the steps runs to the longest example's end: "
+        f"put the code under @matchbox.batch (where a for loop over x.unbind(d), len(), sum() "
+        f"and steps[i] are each example's own), or read each example's own steps with "
+        f"x[:, -1] or x.sum(d)"),
+        f"{name}: an operand holds no value for some example where another holds one")
 
 
 def lengths_presence(lengths, x=None):

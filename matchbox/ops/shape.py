@@ -54,6 +54,7 @@ from .. import _lanes
 from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, lengths_presence, neutralize, new,
                         norm_dim, prefix_mask, real_mask, register_distinct)
 from .helpers import helper
+from .steps import Steps
 from ..core import MaskedBatch, relabel, storage_dim
 
 T = torch.Tensor
@@ -700,32 +701,12 @@ def unbind(x, dim=0):
         m = x._mask.squeeze(d)
         return tuple(new(t, m, dims) for t in datas)
     steps = [new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d))]
-    if x._present is not None:  # step i exists where an example is longer than i
-        lens = x._lengths(d)
-        for i, step in enumerate(steps):
-            step._present = x._present & (lens > i)
+    # step i exists where an example is longer than i (an op that joins it
+    # with a value the other examples hold raises: _registry.keep_presence)
+    lens = x._lengths(d)
+    for i, step in enumerate(steps):
+        step._present = lens > i if x._present is None else x._present & (lens > i)
     return Steps(steps).of(x, d)
-
-
-class Steps(tuple):
-    """The steps of ``x.unbind(d)`` over a dynamic dim: the i-th exists in
-    the examples longer than i.  Plain ``reversed()`` walks them in padded
-    order; ``@batch``'s ``reversed`` calls ``per_example_reversed()``,
-    whose i-th step is each example's own i-th from last (so every
-    example starts at once and lists appended in the loop stay aligned)."""
-
-    def of(self, x, d):
-        self._source = (x, d)
-        return self
-
-    def per_example_reversed(self):
-        x, d = self._source
-        return unbind(torch.flip(x, (d,)), d)
-
-    def presences(self):
-        """``(B, n)`` bool: which examples hold each step."""
-        x, d = self._source
-        return prefix_mask(x, d)
 
 
 @register_distinct(torch.split, T.split)

@@ -21,7 +21,7 @@ One concern per module:
 - :mod:`.loops`: ``while_loop``, ``for_loop`` (and :mod:`.compaction`,
   what ``@batch(compact=...)`` runs them with); :mod:`.maps`: ``map_loop``
   (a ``for`` whose iterations share no state, run once on every step)
-- :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``
+- :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``, ``sum_``
 - :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls), ``recursive``
   (a recursive call left plain)
 """
@@ -29,7 +29,7 @@ from .assign import aug_assign, assign, inplace, read, setattr_, setitem
 from .calls import recursive, sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
 from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
-    reversed_, zip_
+    reversed_, sum_, zip_
 from .lists import append, extend, getitem, insert, pop
 from .loops import for_loop, while_loop
 from .maps import map_loop
@@ -42,5 +42,5 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
-           "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "recursive",
+           "presence", "range_", "enumerate_", "zip_", "reversed_", "sum_", "sibling_calls", "recursive",
            "returned"]

@@ -17,6 +17,7 @@ import math
 import torch
 
 from ...core import MaskedBatch, storage_dim
+from ...ops.steps import Steps
 from .lists import is_per_lane, list_len
 
 _new = MaskedBatch._new
@@ -58,10 +59,13 @@ def shape(x):
 
 
 def len_(x):
-    """``len(x)``: of a per-example list, each example's own length; of a
-    MaskedBatch whose dimension 0 is dynamic, each example's own size."""
+    """``len(x)``: of a per-example list or the steps of ``x.unbind(d)``,
+    each example's own length; of a MaskedBatch whose dimension 0 is
+    dynamic, each example's own size."""
     if type(x) is list:
         return list_len(x)
+    if type(x) is Steps:
+        return x.lengths()
     if type(x) is not MaskedBatch:
         return builtins.len(x)
     if x.dim() == 0:
