@@ -56,9 +56,13 @@ class Steps(tuple):
             raise NotImplementedError(
                 f"steps[{key.start}:{key.stop}:{key.step}] of x.unbind(d): a negative step other "
                 f"than steps[::-1] is not supported per example; reverse with steps[::-1] first")
-        steps = torch.unbind(x[(slice(None),) * d + (key,)], d)
-        return Steps(self._like(s) for s in steps).of(*steps._source) \
-            if isinstance(steps, Steps) else tuple(self._like(s) for s in steps)
+        return self._each_like(torch.unbind(x[(slice(None),) * d + (key,)], d))
+
+    def _each_like(self, steps):
+        """The steps ``steps`` (of the source, or of a part of it) laid out as
+        these are."""
+        out = tuple(self._like(s) for s in steps)
+        return Steps(out).of(*steps._source) if isinstance(steps, Steps) else out
 
     def _like(self, v):
         """``v`` (a per-example step, made from the source) laid out as the
@@ -72,8 +76,7 @@ class Steps(tuple):
     def per_example_reversed(self):
         """Each example's own steps, from its own last one."""
         x, d = self._source
-        return Steps(self._like(s) for s in torch.unbind(torch.flip(x, (d,)), d)).of(
-            torch.flip(x, (d,)), d)
+        return self._each_like(torch.unbind(torch.flip(x, (d,)), d))
 
     def presences(self):
         """``(B, n)`` bool: which examples hold each step."""
