@@ -510,12 +510,12 @@ def keep_presence(out, args, kwargs, func):
         return out
     _no_value_lost(args, kwargs, func)
     B = ops[0]._data.size(0)
-    p = _joined_presence(args, kwargs)
-    empty = full = None
+    p = empty = full = None
     for a in ops:
         if a._data.size(0) != B:
             return out
         real = _lanes_real(a)
+        p = _and(p, presence(a))
         if a._present is not None:
             empty = _or(empty, a._present if real is None else a._present & ~real)
         if any(a.dims):
@@ -545,29 +545,6 @@ def keep_presence(out, args, kwargs, func):
                 f"leave them out of the batch"),
                 f"{func_name(func)}: an empty example's result sizes are unknown")
     return out
-
-
-def _joined_presence(args, kwargs):
-    """Where every operand holds a value; the items of a per-example
-    sequence (each an item some examples may lack: a step of
-    ``x.unbind(d)``, @batch's list item, tagged ``_listed``) count as one
-    operand that an example holds where it holds any of them (``stack``
-    joins the items each example holds)."""
-    p = None
-    for a in list(args) + list(kwargs.values()):
-        if type(a) is MaskedBatch:
-            p = _and(p, presence(a))
-        elif type(a) is list or type(a) is tuple:
-            items = [b for b in a if type(b) is MaskedBatch]
-            if items and all(getattr(b, "_listed", None) is not None or b._present is not None
-                             for b in items):
-                held = [presence(b) for b in items]
-                if all(h is not None for h in held):
-                    p = _and(p, torch.stack(held).any(0))
-            else:
-                for b in items:
-                    p = _and(p, presence(b))
-    return p
 
 
 def _no_value_lost(args, kwargs, func):

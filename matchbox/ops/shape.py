@@ -599,7 +599,21 @@ def cat(sequence, dim=0, *, axis=None, out=None):
     dynamic = False
     if not any(p.dims[d - 1] for p in parts) and _items(sequence, parts):
         dynamic = _items_differ([lanes_present(p) for p in parts], ref.padded_data)[0]
+        return _joined(_cat(parts, d, "cat", dynamic), parts)
     return _cat(parts, d, "cat", dynamic)
+
+
+def _joined(out, parts, pres=None):
+    """``out``, the join of items each example holds some of (stack, cat of
+    a per-example sequence), holds a value where an example holds any
+    item (said here where an item says where it is held: keep_presence
+    would want every item)."""
+    if all(p._present is None for p in parts):
+        return out
+    pres = [lanes_present(p, False) for p in parts] if pres is None else pres
+    ones = torch.ones(out._data.size(0), dtype=torch.bool, device=out._data.device)
+    out._present = torch.stack([ones if p is None else p for p in pres]).any(0)
+    return out
 
 
 def _items(sequence, parts):
@@ -637,8 +651,9 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
         gaps, held = any(p is not None for p in pres[:-1]), None
     shape = ref.padded_data.shape
     if all(p.padded_data.shape == shape and not any(p.dims) for p in parts):
-        return _stack_static(parts, pres, held, d, bool(dynamic), gaps)
-    return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
+        return _joined(_stack_static(parts, pres, held, d, bool(dynamic), gaps), parts, pres)
+    return _joined(_cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic),
+                   parts, pres)
 
 
 def _items_differ(pres, like):
