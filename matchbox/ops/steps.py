@@ -34,12 +34,22 @@ class Steps(tuple):
         self._source = (x, d)
         return self
 
+    def _src(self):
+        """``(x, d)``; for steps rebuilt from their items (a masked update of
+        a variable holding them selects item by item, a compacted loop takes
+        each item's rows), the items stacked again (each example's own)."""
+        src = getattr(self, "_source", None)
+        if src is None:
+            items = [relabel(t, 0) if t._bdim != 0 else t for t in tuple.__iter__(self)]
+            src = self._source = (torch.stack(items, 1), 1)
+        return src
+
     def __getitem__(self, key):
         if isinstance(key, slice):
             return self._sliced(key)
         if type(key) is not MaskedBatch:
             key = operator.index(key)
-        x, d = self._source
+        x, d = self._src()
         if not self:
             raise IndexError("tuple index out of range (no example has a step)")
         try:
@@ -49,7 +59,7 @@ class Steps(tuple):
                              + " (its own tuple of steps is shorter)") from None
 
     def _sliced(self, key):
-        x, d = self._source
+        x, d = self._src()
         if key.step is not None and key.step < 0:
             if key.start is None and key.stop is None and key.step == -1:
                 return self.per_example_reversed()
@@ -75,19 +85,19 @@ class Steps(tuple):
 
     def per_example_reversed(self):
         """Each example's own steps, from its own last one."""
-        x, d = self._source
+        x, d = self._src()
         return self._each_like(torch.unbind(torch.flip(x, (d,)), d))
 
     def presences(self):
         """``(B, n)`` bool: which examples hold each step."""
         from ._registry import prefix_mask
-        x, d = self._source
+        x, d = self._src()
         return prefix_mask(x, d)
 
     def lengths(self):
         """Each example's number of steps: an int where they all have the
         same, else a per-example int (a MaskedBatch of one value each)."""
-        x, d = self._source
+        x, d = self._src()
         n = x._lengths(d)
         lo, hi = torch.stack([n.min(), n.max()]).tolist() if n.numel() else (0, 0)
         return lo if lo == hi else MaskedBatch._new(n, None, (), bdim=None)

@@ -174,3 +174,30 @@ def _with_an_empty_example():
 ], ids=["mT_matmul", "bmm", "einsum", "scatter_add"])
 def test_a_product_over_an_empty_example_is_its_zero(f):
     mb_test(f, _with_an_empty_example(), dtype=torch.float64)
+
+
+# ------------------------------------------------------------------ steps held by a variable
+def steps_in_a_compacted_loop(x, s):
+    st = s.unbind(1)
+    a = x * 1.0
+    k = 0
+    while k < 3 and a.sum() < 2:
+        a = a + st[-1] * 0.5 + sum(st) * 0.25 + len(st) * 0.1
+        if s.size(1) > 1:
+            a = a + st[1]
+        k += 1
+    return a
+
+
+def steps_rebound_in_a_branch(x, s):
+    st = s.unbind(1)
+    if x.sum() > 0:
+        st = (s * 2).unbind(1)       # a masked update, item by item
+    return st[-1] + sum(st) + x
+
+
+@pytest.mark.parametrize("f", [steps_in_a_compacted_loop, steps_rebound_in_a_branch])
+@pytest.mark.parametrize("compact", [None, 1.0])
+def test_steps_a_variable_holds_stay_each_examples_own(f, compact):
+    mb_test(matchbox.batch(f, compact=compact), (6, (False, 1)), (6, (True, 4), (False, 1)),
+            dtype=torch.float64)

@@ -193,7 +193,7 @@ def sum_(iterable, start=0):
     steps of ``x.unbind(d)``, a per-example list, a generator over them):
     an item adds only in the lanes that hold it."""
     if type(iterable) is Steps and iterable:
-        x, d = iterable._source
+        x, d = iterable._src()
         return start + iterable._like(x.sum(d))
     out = start
     for item in iterable:
