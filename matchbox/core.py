@@ -264,8 +264,8 @@ class MaskedBatch:
     # _sizes: None, or {data dim: (B,) lengths} of the dynamic dims, where
     # an example is empty along one and not along another (its mask cannot
     # show that other size); read by ``_lengths``
-    __slots__ = ("_data", "_cut", "_cutd", "_mask", "dims", "_bdim", "_zero_at", "_rows", "_listed",
-                 "_kept", "_update_of", "_present", "_sizes", "__weakref__")
+    __slots__ = ("_data", "_cut", "_cutd", "_mask", "dims", "_bdim", "_zero_at", "_rows",
+                 "_listed", "_kept", "_update_of", "_present", "_sizes", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None, batch_dim=0):
         if not isinstance(data, torch.Tensor):
@@ -374,7 +374,8 @@ class MaskedBatch:
         version = None if torch.compiler.is_compiling() else d._version
         c = self._cutd
         if c is None or c[0] != version:
-            c = self._cutd = (version, _CutDormant.apply(d, lanes.view((-1,) + (1,) * (d.dim() - 1))))
+            cut = _CutDormant.apply(d, lanes.view((-1,) + (1,) * (d.dim() - 1)))
+            c = self._cutd = (version, cut)
         return c[1]
 
     @padded_data.setter

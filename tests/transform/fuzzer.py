@@ -270,7 +270,9 @@ class ProgramGenerator:
         if kind == 14:
             return [f"{pad}pt = Pair(pt.h + {self.value()} * 0.5, pt.c * 0.5)"]
         if kind == 13:
-            return [f"{pad}if {self.cond(1)} and (v := {self.value()}) {self.rng.choice(['<', '>'])} {g}:",
+            test, value = self.cond(1), self.value()
+            op = self.rng.choice(["<", ">"])
+            return [f"{pad}if {test} and (v := {value}) {op} {g}:",
                     f"{pad}    {f} = {f} + v * 0.5"]
         k = self.rng.randint(1, 3)
         read = self.rng.choice([

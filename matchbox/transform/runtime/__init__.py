@@ -42,5 +42,6 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
-           "presence", "range_", "enumerate_", "zip_", "reversed_", "sum_", "sibling_calls", "recursive",
+           "presence", "range_", "enumerate_", "zip_", "reversed_", "sum_", "sibling_calls",
+           "recursive",
            "returned"]
