@@ -201,3 +201,21 @@ def steps_rebound_in_a_branch(x, s):
 def test_steps_a_variable_holds_stay_each_examples_own(f, compact):
     mb_test(matchbox.batch(f, compact=compact), (6, (False, 1)), (6, (True, 4), (False, 1)),
             dtype=torch.float64)
+
+
+def masked_value_into_a_compacted_loops_state(x, s):
+    """``h`` stays compacted between the steps of a compacted loop; a value
+    with a mask (here a step read from outside the loop) assigned to it must
+    not leave it at the loop's rows after the loop (fuzzer seed 6000270)."""
+    st = s.unbind(1)
+    h = x * 1.0
+    for t in s.unbind(1):
+        h = h + t
+        h = h + st[0] * 0.5
+    return h * 2
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_a_masked_value_into_a_compacted_loops_state(lengths):
+    mb_test(matchbox.batch(masked_value_into_a_compacted_loops_state, compact=1.0),
+            (6, (False, 1)), (6, (True, 4), (False, 1)), lengths=lengths, dtype=torch.float64)

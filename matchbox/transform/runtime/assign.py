@@ -99,7 +99,7 @@ def _compacted_assign(comp, old, new, keep=True):
     kept = comp.keep(None if undefined else old, current, new) if keep else None
     if kept is not None:
         return kept
-    if not undefined and comp.compacted(old):
+    if not undefined and comp.compacted(old) and getattr(old, "_kept", None) is None:
         return new  # a loop temporary, bound (compacted) earlier in this iteration
     if comp.compacted(new):
         new = comp.expand(new)
