@@ -49,7 +49,8 @@ def _walrus_targets(lam):
 
 class _Hoist(gast.NodeTransformer):
     """In one statement's own expressions: each thunk that binds a name
-    becomes a call of a hoisted nested function (``self.defs``)."""
+    becomes a nested function hoisted before the statement (``self.defs``),
+    passed by name."""
 
     def __init__(self, ctx, outer):
         self.ctx, self.outer, self.defs, self.bound = ctx, outer, [], set()
