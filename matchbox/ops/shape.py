@@ -56,6 +56,7 @@ from .. import _lanes
 from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, lengths_presence, neutralize, new,
                         norm_dim, prefix_mask, real_mask, register_distinct)
 from .helpers import helper
+from .steps import Steps
 from ..core import MaskedBatch, relabel, storage_dim
 
 T = torch.Tensor
@@ -602,7 +603,21 @@ def cat(sequence, dim=0, *, axis=None, out=None):
     dynamic = False
     if not any(p.dims[d - 1] for p in parts) and _items(sequence, parts):
         dynamic = _items_differ([lanes_present(p) for p in parts], ref.padded_data)[0]
+        return _joined(_cat(parts, d, "cat", dynamic), parts)
     return _cat(parts, d, "cat", dynamic)
+
+
+def _joined(out, parts, pres=None):
+    """``out``, the join of items each example holds some of (stack, cat of
+    a per-example sequence), holds a value where an example holds any
+    item (said here where an item says where it is held: keep_presence
+    would want every item)."""
+    if all(p._present is None for p in parts):
+        return out
+    pres = [lanes_present(p, False) for p in parts] if pres is None else pres
+    ones = torch.ones(out._data.size(0), dtype=torch.bool, device=out._data.device)
+    out._present = torch.stack([ones if p is None else p for p in pres]).any(0)
+    return out
 
 
 def _items(sequence, parts):
@@ -640,8 +655,9 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
         gaps, held = any(p is not None for p in pres[:-1]), None
     shape = ref.padded_data.shape
     if all(p.padded_data.shape == shape and not any(p.dims) for p in parts):
-        return _stack_static(parts, pres, held, d, bool(dynamic), gaps)
-    return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
+        return _joined(_stack_static(parts, pres, held, d, bool(dynamic), gaps), parts, pres)
+    return _joined(_cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic),
+                   parts, pres)
 
 
 def _items_differ(pres, like):
@@ -704,32 +720,12 @@ def unbind(x, dim=0):
         m = x._mask.squeeze(d)
         return tuple(new(t, m, dims) for t in datas)
     steps = [new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d))]
-    if x._present is not None:  # step i exists where an example is longer than i
-        lens = x._lengths(d)
-        for i, step in enumerate(steps):
-            step._present = x._present & (lens > i)
+    # step i exists where an example is longer than i (an op that joins it
+    # with a value the other examples hold raises: _registry.keep_presence)
+    lens = x._lengths(d)
+    for i, step in enumerate(steps):
+        step._present = lens > i if x._present is None else x._present & (lens > i)
     return Steps(steps).of(x, d)
-
-
-class Steps(tuple):
-    """The steps of ``x.unbind(d)`` over a dynamic dim: the i-th exists in
-    the examples longer than i.  Plain ``reversed()`` walks them in padded
-    order; ``@batch``'s ``reversed`` calls ``per_example_reversed()``,
-    whose i-th step is each example's own i-th from last (so every
-    example starts at once and lists appended in the loop stay aligned)."""
-
-    def of(self, x, d):
-        self._source = (x, d)
-        return self
-
-    def per_example_reversed(self):
-        x, d = self._source
-        return unbind(torch.flip(x, (d,)), d)
-
-    def presences(self):
-        """``(B, n)`` bool: which examples hold each step."""
-        x, d = self._source
-        return prefix_mask(x, d)
 
 
 class Pieces(tuple):
