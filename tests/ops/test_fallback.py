@@ -204,10 +204,11 @@ def test_every_placement_of_the_batch_of_one_dim(batch_dim, lengths):
 
 
 def test_examples_that_hold_no_value_stay_without_one():
-    """``x.unbind(1)[2]`` holds no value for an example shorter than 3: the
-    op does not run there, and its result holds none either."""
+    """The padded step 2 (``list(x.unbind(1))[2]``) holds no value for an
+    example shorter than 3: the op does not run there, and its result holds
+    none either."""
     xs = [torch.randn(1, n, 3, dtype=torch.float64) for n in (3, 1, 4)]
-    step = MaskedBatch.fromlist(xs, (True, False)).unbind(1)[2]
+    step = list(MaskedBatch.fromlist(xs, (True, False)).unbind(1))[2]
     for f in (torch.special.erfcx, lambda t: torch.linalg.norm(t, dim=-1, keepdim=True),
               lambda t: t.unfold(1, 2, 1)):
         out = f(step)
