@@ -95,24 +95,27 @@ def machines(records):
 
 
 def taste(runs):
-    """The README's table: the newest run's main batch size, one row per
-    task at its largest size."""
+    """The README's table: the newest run's main batch size, every task and
+    size, in sentences (examples) per second; DyNet's autobatch beside them
+    where the run has it."""
     name, _, records = runs[0]
     batch = max((r["batch_size"] for r in records),
                 key=lambda b: sum(r["batch_size"] == b for r in records))
-    rows = {}
+    kinds = ["per_example", "hand", "matchbox"] + (
+        ["dynet_auto"] if any(r["variant"] == "dynet_auto" for r in records) else [])
+    head = ["task", "size"] + [f"{k} (sent/s)" for k in kinds] + ["matchbox time / hand"] + (
+        ["matchbox speed / dynet_auto"] if "dynet_auto" in kinds else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (task, size, bs), t in _rows(records).items():
-        if bs == batch and (task not in rows or size == "paper"):
-            rows[task] = (size, t)
-    lines = ["| task | size | per-example (s) | hand (s) | matchbox (s) | matchbox / hand "
-             "| per-example / matchbox |", "|---|---|---|---|---|---|---|"]
-    for task, (size, t) in rows.items():
-        lines.append(f"| {task} | {size} | " + " | ".join(
-            f"{t[k]:.3f}" if k in t else "–" for k in ("per_example", "hand", "matchbox"))
-            + f" | {_ratio(t.get('matchbox'), t.get('hand'))} | "
-            f"{_ratio(t.get('per_example'), t.get('matchbox'))} |")
-    return (f"Run {name} ({machines(records)}), batch {batch}, seconds per batch "
-            f"(all of it: [docs/benchmarks.md](docs/benchmarks.md)):\n\n" + "\n".join(lines) + "\n")
+        if bs != batch:
+            continue
+        cells = [task, size] + [f"{bs / t[k]:.1f}" if k in t else "–" for k in kinds]
+        cells.append(_ratio(t.get("matchbox"), t.get("hand")))
+        if "dynet_auto" in kinds:
+            cells.append(_ratio(t.get("dynet_auto"), t.get("matchbox")))
+        lines.append("| " + " | ".join(cells) + " |")
+    return (f"Run {name} ({machines(records)}), batch {batch} (all runs: "
+            f"[docs/benchmarks.md](docs/benchmarks.md)):\n\n" + "\n".join(lines) + "\n")
 
 
 def document(runs, history):
