@@ -10,7 +10,7 @@ import weakref
 
 from . import (assignments, break_statements, calls, conditionals, continue_statements,
                logical, loops, python_calls, python_values, reads, returns, runtime,
-               sibling_calls, unsupported)
+               sibling_calls, unsupported, walrus)
 from .analysis import loop_temporaries
 from .effects import owned_names
 from .buffers import owned_buffers
@@ -35,6 +35,7 @@ PASSES = (
     assignments,          # assignments in regions -> _mb.assign(old, new)
     loops,                # while / for       -> lane-narrowing loops
     conditionals,         # if / elif / else, a if c else b
+    walrus,               # (v := e) in a thunk (and_/or_/if_exp) -> a def that binds v nonlocal
 )
 
 

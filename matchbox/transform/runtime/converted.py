@@ -38,7 +38,8 @@ def converted(f):
         conv = func.__dict__.get("__matchbox_auto__")
         if conv is None:
             conv = _convert(func)
-        return f if conv is False else _in_compaction(types.MethodType(conv, f.__self__), func)
+        return f if conv is False else _in_compaction(types.MethodType(conv, f.__self__), func,
+                                                      f.__self__)
     if t is types.FunctionType:
         conv = f.__dict__.get("__matchbox_auto__")
         if conv is None:
@@ -47,14 +48,19 @@ def converted(f):
     return f
 
 
-def _in_compaction(conv, func):
+def _in_compaction(conv, func, obj=None):
     """``conv`` as called in a compacted loop or gathered branch of the
     calling function: one that may change state (``meter.update(v)``,
     ``self.count += 1``) runs at the full batch under the live lanes (its
     compacted arguments expanded, its result taken back), so what it keeps
-    on an object is every example's, as it is where no lanes were gathered."""
+    on an object is every example's, as it is where no lanes were gathered;
+    but a method of the object whose attributes the branch holds at its
+    rows (a method's ``self``, compaction.hold_attributes) runs there."""
     comp = _COMPACT.get()
     if comp is None or not may_change_state(func):
+        return conv
+    held = getattr(comp, "held", None)
+    if held is not None and held[0] is getattr(obj, "__dict__", None):
         return conv
 
     def at_full_batch(*args, **kwargs):
