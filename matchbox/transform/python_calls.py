@@ -92,9 +92,9 @@ class _Calls(Pass):
                 func.value, templates.constant(func.attr)], []), node)
         if self._routed(func):
             return self._call(node, func, node.args, node.keywords)
-        if isinstance(func, gast.Attribute) and func.attr in METHODS and func.attr != "pop" \
-                and not self._module(func.value):
+        if isinstance(func, gast.Attribute) and func.attr in METHODS and func.attr != "pop":
             # d.get(k): a plain container read with a per-example key reads per example
+            # (a global's too, w2i.get(w); a module's function runs as it is)
             return templates.stamp(gast.Call(self._rt("method", node), [
                 func.value, templates.constant(func.attr)] + node.args, node.keywords), node)
         if self._helper(func):   # self.node_forward(...): rewritten too (runtime/converted.py)
@@ -113,10 +113,6 @@ class _Calls(Pass):
                 obj.id in self.names and obj.id not in self.ctx.namer.generated
                 and not hasattr(torch.Tensor, func.attr)))
         return False
-
-    def _module(self, node):
-        name = _dotted(node)
-        return name is not None and name.split(".")[0] not in self.names
 
     def visit_Expr(self, node):
         """``seen.add(w)`` on a local stays as it is: assignments.py makes it

@@ -146,3 +146,32 @@ def test_a_store_into_an_object_two_examples_share_raises():
     x = MaskedBatch.fromlist([torch.randn(1, 2), torch.randn(1, 2)], (False,))
     with pytest.raises(ValueError, match="same object"):
         f(x, matchbox.objects([shared, shared]))
+
+
+W2I = {"aa": 1, "bb": 2, "ccc": 3}
+EMB = nn.Embedding(7, 3).double()
+
+
+@matchbox.batch
+def embed_words(sentence):                           # sentence: a list of word strings
+    ids = torch.tensor([W2I.get(w, 0) for w in sentence])       # (n,) of each sentence's own
+    return EMB(ids).sum(0) + len(W2I)
+
+
+@matchbox.batch
+def embed_words_loop(sentence):
+    ids = []
+    for w in sentence:
+        ids.append(W2I.get(w, 0) + W2I.get(w[0] * 2, 0))
+    return EMB(torch.LongTensor(ids)).sum(0)
+
+
+@pytest.mark.parametrize("f", [embed_words, embed_words_loop], ids=lambda f: f.__name__)
+def test_a_global_dicts_get_with_a_per_example_key(f):
+    """``w2i.get(w, UNK)`` on a module-level dict, in a comprehension and in
+    a loop, with sentences of different lengths: each sentence's own ids
+    (before, hash() of a per-example value; and torch.tensor of the
+    comprehension's per-example list took every example's list as long as
+    the longest, marked held by the longest only)."""
+    sents = [["aa", "x"], ["bb"], ["ccc", "aa", "bb", "bb"], ["q", "q", "aa"]]
+    mb_test(f, matchbox.objects(sents), params=list(EMB.parameters()), dtype=D)

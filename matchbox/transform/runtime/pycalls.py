@@ -110,8 +110,8 @@ def _tensor(f, args, kwargs):
     batches = [v for v in items if type(v) is MaskedBatch]
     if not batches or not all(
             type(v) in (bool, int, float) or type(v) is MaskedBatch and is_number_batch(v)
-            for v in items):
-        return NotImplemented
+            and getattr(v, "_listed", None) is None for v in items):
+        return NotImplemented   # (an item of a per-example list: some examples lack it)
     B = batches[0]._data.size(0)
     device = kwargs.get("device") or batches[0]._data.device
     kinds = {v._data.dtype if type(v) is MaskedBatch else type(v) for v in items}
