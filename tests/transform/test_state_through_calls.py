@@ -143,3 +143,31 @@ def test_a_compacted_loop_calling_a_counting_helper(lengths):
     before, its ``self.total += v`` met a full-batch total with the live
     lanes' v (ValueError), and ``self.count += 1`` counted every example."""
     mb_test(tallied, (6, (False, 3)), (6, (True, 4), (False, 3)), lengths=lengths, dtype=D)
+
+
+class Bumper:
+    def bump(self, h):
+        self.calls = getattr(self, "calls", 0) + 1
+        h[:, 0] = h[:, 0] + 1.0        # writes into the caller's value
+        return h.sum()
+
+
+@matchbox.batch(compact=1.0)
+def bumps(x):                                    # x: (1, 3)
+    b = Bumper()
+    h = x * 1.0
+    w = 0
+    while w < 3 and h.sum() < 2.0:
+        w += 1
+        s = b.bump(h)
+        h = h + s * 0
+    return h
+
+
+def test_a_helper_changing_its_argument_in_a_compacted_loop_raises():
+    """The helper runs at the full batch on a copy of the live lanes' rows:
+    a change in place to its argument would be lost, so it raises."""
+    x = matchbox.MaskedBatch.fromlist([torch.tensor([[v, 0.0, 0.0]]) for v in (0.0, 2.5, 1.0)],
+                                      (False,))
+    with pytest.raises(RuntimeError, match="changed an argument in place"):
+        bumps(x)

@@ -20,6 +20,7 @@ import types
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT
+from .pyvalues import PerExample
 
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _SKIP = tuple(os.path.join(os.path.abspath(p), "") for p in {
@@ -64,22 +65,36 @@ def _in_compaction(conv, func, obj=None):
         return conv
 
     def at_full_batch(*args, **kwargs):
-        args = [_expanded(comp, a) for a in args]
-        kwargs = {k: _expanded(comp, v) for k, v in kwargs.items()}
+        copies = []
+        args = [_expanded(comp, a, copies) for a in args]
+        kwargs = {k: _expanded(comp, v, copies) for k, v in kwargs.items()}
         active, compact = _ACTIVE.set(comp.lanes(_ACTIVE.get())), _COMPACT.set(None)
         try:
             out = conv(*args, **kwargs)
         finally:
             _COMPACT.reset(compact)
             _ACTIVE.reset(active)
+        if any(x.padded_data._version != v for x, v in copies):
+            raise RuntimeError(
+                f"{getattr(func, '__qualname__', func)}, called in {comp.description}, which "
+                f"runs compacted, changed an argument in place (an in-place op, x[...] = v); "
+                f"the change would only reach a copy of the live lanes. Return the new value "
+                f"instead (x = f(x)), or leave compaction off for the calling function")
         return comp.take(out)
     return at_full_batch
 
 
-def _expanded(comp, x):
+def _expanded(comp, x, copies):
+    """``x`` at the full batch (``copies`` collects the batches expanded,
+    with their data versions, to catch a change in place)."""
     if type(x) is tuple:
-        return tuple(_expanded(comp, v) for v in x)
-    return comp.expand(x) if comp.compacted(x) else x
+        return tuple(_expanded(comp, v, copies) for v in x)
+    if not comp.compacted(x):
+        return x
+    x = comp.expand(x)
+    if type(x) is not PerExample:
+        copies.append((x, x.padded_data._version))
+    return x
 
 
 def _convert(func):
