@@ -16,6 +16,8 @@ lane is left.  A ``for`` runs an iteration for the lanes that have the item
                                         body
 
 ``extra`` tests the loop's exit flags (break, return) at each iteration.
+A ``for`` whose body is straight-line code runs it as a function of its
+own, once per step, which torch.compile traces once (steps.py).
 
 With ``@batch(compact=...)`` a ``for`` without exit flags may run
 compacted (see compaction.py); the variables it assigns are then put back
@@ -28,7 +30,7 @@ together after it:
 """
 import gast
 
-from . import templates
+from . import steps, templates
 from .analysis import runtime_call, walk_scope
 from .passes import Pass
 
@@ -91,6 +93,8 @@ class _Loops(Pass):
         found = self.ctx.map_loops.get(id(node))
         if found is not None and not flags:
             return self._map(node, loop, *found)
+        step = self.ctx.step_loops.get(id(node))
+        lifted = [] if step is None or flags else steps.lift(node, self.ctx, loop, *step)
         settle = []
         if self.ctx.compact is not None and not flags \
                 and not _stores_into_subscripts(node.body, self.ctx.runtime):
@@ -101,7 +105,7 @@ class _Loops(Pass):
             template, node, rt=self.ctx.runtime, iterable=node.iter, extra=extra,
             desc=self._description("for", node), limit=templates.constant(self.ctx.max_iterations),
             share=templates.constant(self.ctx.compact), loop=loop, target=node.target, body=node.body)
-        return out + settle + self._orelse(node, flags)
+        return lifted + out + settle + self._orelse(node, flags)
 
     def _map(self, node, loop, appends, reads):
         """A loop whose iterations share no state (maps.py): run once on

@@ -10,6 +10,7 @@ from .compaction import Compaction, StepCompaction
 from .conditions import _combine, _inside, cond
 from .iterables import lane_items, per_example_items
 from .lists import _STEP, step_lanes
+from .steps import compiled_step
 
 _new = MaskedBatch._new
 
@@ -160,6 +161,14 @@ class for_loop(_Loop):
         if self.compaction is not None:
             self.compaction.check()
         _ACTIVE.set(self.alive)
+
+    def step(self, body, lists, *args):
+        """One iteration of a loop whose body the rewrite made a function
+        (transform/steps.py): ``body(*lists, *args)``; compiled, one region
+        traced once for every step (steps.py)."""
+        if torch.compiler.is_compiling():
+            return compiled_step(body, lists, args)
+        return body(*lists, *args)
 
     def _compacted(self, item, n, lanes, steps):
         """Run this iteration on its ``n`` lanes only; its item compacted."""

@@ -1,0 +1,265 @@
+"""One iteration of a ``for`` loop as a region that torch.compile traces
+once and reuses for every step (``torch.compiler.nested_compile_region``).
+
+A loop whose body is straight-line code (transform/steps.py says which)
+is lowered with its body as a function of the values it reads, returning
+the variables it sets:
+
+    def loop_step(out, item, cell, h, c):       with _mb.for_loop(...) as loop:
+        x = item                                    for item in loop:
+        ...                                             h, c = loop.step(loop_step, (out,), item, cell, h, c)
+        return h, c
+
+Eagerly ``loop.step`` just calls it.  Compiled, dynamo would otherwise
+trace and unroll the body at every step (the BiLSTM tagger's loss took
+11 to 14 minutes to compile).  Instead ``compiled_step`` calls the body
+through one region: the lanes and the arguments go in as Tensors (a
+MaskedBatch as its data and masks), the region rebuilds them, runs the
+body under those lanes and returns the Tensors of what it returns.
+Calls whose arguments have the same structure, shapes and modules share
+one key (``reuse_hash_fn``), so dynamo traces the body once and stamps
+out the same subgraph for every later step; AOTAutograd and inductor
+compile it once.  The region keeps no Python effect: the lists the body
+appends to are stand-ins (``_Appends``) that record what it appended, and
+the appends are made after the call, outside the region; the lanes and
+the other per-thread state it sets are reset before it returns.  What the
+region returned is put back together from the structure that its first
+trace recorded (``_specs``), the same for every call with that key.
+Values the body passes through unchanged come back as the caller's own
+objects.
+
+Anything the region cannot take (a list, a dict, an object, every lane
+active, a loop inside a compaction) runs the body inline, as before.
+"""
+import torch
+
+from ..._lanes import _ACTIVE, _COMPACT, _Slot
+from ...core import MaskedBatch
+from .lists import _STEP, _append_owned
+from .values import Undefined
+
+_new = MaskedBatch._new
+
+# the call being made: (body, number of appended lists, argument spec),
+# read inside the region; {key: spec of what the region returned}: both
+# per thread
+_CALL = _Slot()
+_SPECS = _Slot()
+
+
+class _NotFlat(Exception):
+    """A value that cannot cross the region's boundary as Tensors."""
+
+
+class _Appends:
+    """Stands for a list that the body only appends to: records each
+    appended value and the lanes active at the append."""
+
+    def __init__(self):
+        self.records = []
+
+    def append(self, value):
+        self.records.append((value, _ACTIVE.get()))
+
+
+def _flatten(x, leaves):
+    """The structure of ``x`` as Python constants, its Tensors appended to
+    ``leaves`` (a module is passed as it is)."""
+    t = type(x)
+    if t is MaskedBatch:
+        if getattr(x, "_listed", None) is not None or getattr(x, "_kept", None) is not None:
+            raise _NotFlat   # a list's item, a compacted value: more than its tensors
+        sizes = tuple(sorted(x._sizes)) if x._sizes else None
+        parts = [x.padded_data, x._mask, x._present] + [x._sizes[k] for k in sizes or ()]
+        leaves.extend(p for p in parts if p is not None)
+        return ("mb", x.dims, x._bdim, x._mask is not None, x._present is not None, sizes)
+    if isinstance(x, torch.Tensor):
+        leaves.append(x)
+        return ("t",)
+    if x is None or t in (bool, int, float, str):
+        return ("c", x)
+    if t is tuple:
+        return ("tuple",) + tuple(_flatten(v, leaves) for v in x)
+    if t is Undefined:
+        return ("undef", x.name)
+    if isinstance(x, torch.nn.Module):
+        leaves.append(x)
+        return ("module",)
+    raise _NotFlat
+
+
+def _unflatten(spec, leaves):
+    """The value that ``_flatten`` made ``spec`` of (``leaves``: an iterator)."""
+    kind = spec[0]
+    if kind == "mb":
+        _, dims, bdim, masked, present, sizes = spec
+        data = next(leaves)
+        mask = next(leaves) if masked else None
+        present = next(leaves) if present else None
+        sizes = {k: next(leaves) for k in sizes} if sizes else None
+        return _new(data, mask, dims, bdim=bdim, present=present, sizes=sizes)
+    if kind in ("t", "module"):
+        return next(leaves)
+    if kind == "c":
+        return spec[1]
+    if kind == "tuple":
+        return tuple(_unflatten(s, leaves) for s in spec[1:])
+    return Undefined(spec[1])
+
+
+def _key(body, spec, leaves):
+    """The region's reuse key: calls with equal keys run the same graph.
+    The body counts by its code (it reads no closure variable but the
+    runtime: the rewrite passes the others as arguments), modules by
+    identity, Tensors by their metadata and aliasing."""
+    meta = []
+    for i, x in enumerate(leaves):
+        if isinstance(x, torch.nn.Module):
+            meta.append(("module", id(x), x.training))
+            continue
+        same = next((j for j in range(i) if leaves[j] is x), None)
+        meta.append((tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad, same))
+    return hash((body.__code__, spec, tuple(meta), torch.is_grad_enabled()))
+
+
+def _distinct(leaves):
+    """The region's inputs: each Tensor once, and no two views of one
+    Tensor (a region's inputs may not alias: a later one is copied);
+    ``index[i]``: the input that leaf ``i`` is."""
+    inputs, index, roots = [], [], []
+    for x in leaves:
+        j = next((j for j, y in enumerate(inputs) if y is x), None)
+        if j is None:
+            if isinstance(x, torch.Tensor):
+                root = x if x._base is None else x._base
+                if any(r is root for r in roots):
+                    x = x.clone()
+                    root = x
+                roots.append(root)
+            j = len(inputs)
+            inputs.append(x)
+        index.append(j)
+    return inputs, tuple(index)
+
+
+def _specs():
+    specs = _SPECS.get()
+    if specs is None:
+        specs = {}
+        _SPECS.set(specs)
+    return specs
+
+
+def _out_spec(x, ins, args, out):
+    """Like ``_flatten`` for what the region returns, its Tensors appended
+    to ``out`` once each, and no view (a region's outputs may not alias
+    its inputs): an argument returned as it is comes back as the caller's
+    object (``("arg", k)``), an input Tensor as the caller's (``("in", j)``)."""
+    for k, a in enumerate(args):
+        if x is a and not isinstance(a, (bool, int, float, str, type(None))):
+            return ("arg", k)
+    if type(x) is MaskedBatch:
+        sizes = tuple(sorted(x._sizes)) if x._sizes else None
+        parts = [x.padded_data, x._mask, x._present] + [x._sizes[k] for k in sizes or ()]
+        return ("mb", x.dims, x._bdim, tuple(
+            None if p is None else _out_spec(p, ins, (), out) for p in parts), sizes)
+    if isinstance(x, torch.Tensor):
+        for j, t in enumerate(ins):
+            if x is t:
+                return ("in", j)
+        for j, t in enumerate(out):
+            if x is t:
+                return ("t", j)
+        out.append(x if x._base is None else x.clone())
+        return ("t", len(out) - 1)
+    if type(x) is tuple:
+        return ("tuple",) + tuple(_out_spec(v, ins, args, out) for v in x)
+    try:
+        return ("c", _flatten(x, []))   # a constant, or an Undefined
+    except _NotFlat:
+        raise TypeError(
+            f"a @batch loop step compiled as one region (torch.compile) set a variable to "
+            f"a {type(x).__name__}, which cannot leave the region; only Tensors, MaskedBatches, "
+            f"tuples of them and Python constants can") from None
+
+
+def _rebuilt(spec, outs, ins, args):
+    kind = spec[0]
+    if kind == "arg":
+        return args[spec[1]]
+    if kind == "in":
+        return ins[spec[1]]
+    if kind == "t":
+        return outs[spec[1]]
+    if kind == "mb":
+        _, dims, bdim, parts, sizes = spec
+        data, mask, present, *lengths = [None if p is None else _rebuilt(p, outs, ins, args)
+                                         for p in parts]
+        return _new(data, mask, dims, bdim=bdim, present=present,
+                    sizes=dict(zip(sizes, lengths)) if sizes else None)
+    if kind == "tuple":
+        return tuple(_rebuilt(s, outs, ins, args) for s in spec[1:])
+    return _unflatten(spec[1], iter(()))
+
+
+def _region_key(key, *inputs):
+    return key
+
+
+def _region(key, *inputs):
+    """The body called on the values ``inputs`` hold, under their lanes;
+    returns the Tensors of what it returned and of what it appended."""
+    body, nlists, spec, index = _CALL.get()
+    leaves = [inputs[j] for j in index]
+    lanes, *args = _unflatten(spec, iter(leaves))
+    lists = [_Appends() for _ in range(nlists)]
+    tokens = _ACTIVE.set(lanes), _STEP.set(None), _CALL.set(None)
+    try:
+        state = body(*lists, *args)
+    finally:
+        _CALL.reset(tokens[2])
+        _STEP.reset(tokens[1])
+        _ACTIVE.reset(tokens[0])
+    out = []
+    records = tuple((i, _out_spec(v, leaves, (), out), _out_spec(m, leaves, (), out))
+                    for i, lst in enumerate(lists) for v, m in lst.records)
+    _specs()[key] = (_out_spec(state, leaves, args, out), records)
+    return tuple(out)
+
+
+try:   # torch >= 2.13: a region reused by key, whatever Python it runs
+    _region = torch.compiler.nested_compile_region(
+        _region, reuse_hash_fn=_region_key, max_reuse_entries=2 ** 31)
+except (AttributeError, TypeError):
+    _region = None
+
+
+def compiled_step(body, lists, args):
+    """``body(*lists, *args)`` under torch.compile: one region reused by
+    every step with the same key (see above), or inline."""
+    lanes = _ACTIVE.get()
+    if _region is None or lanes is None or _COMPACT.get() is not None:
+        return body(*lists, *args)
+    leaves = []
+    try:
+        spec = _flatten((lanes,) + args, leaves)
+    except _NotFlat:
+        return body(*lists, *args)
+    key = _key(body, spec, leaves)
+    inputs, index = _distinct(leaves)
+    token = _CALL.set((body, len(lists), spec, index))
+    try:
+        outs = _region(key, *inputs)
+    finally:
+        _CALL.reset(token)
+    state_spec, records = _specs()[key]
+    state = _rebuilt(state_spec, outs, leaves, args)
+    appended = [(i, _rebuilt(v, outs, leaves, ()), _rebuilt(m, outs, leaves, ()))
+                for i, v, m in records]
+    for i, value, on in appended:   # the appends, in the lanes that made them
+        token = _ACTIVE.set(on)
+        try:
+            _append_owned(lists[i], value, None)
+        finally:
+            _ACTIVE.reset(token)
+    return state
