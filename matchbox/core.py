@@ -17,7 +17,6 @@ Ops reach MaskedBatch through ``__torch_function__`` and the rule table in
 its validation, conversions and sizes.
 """
 import dataclasses
-import dis
 import sys
 
 import torch
@@ -138,12 +137,6 @@ def empty_sizes(lengths, present):
     return dict(lengths) if bool(hidden.any()) else None
 
 
-_SUBSCR = {dis.opmap[n] for n in ("BINARY_SUBSCR", "STORE_SUBSCR") if n in dis.opmap}
-
-
-def _subscripting(frame):
-    """Whether ``frame`` is executing ``a[b]`` (or ``a[b] = c``) now."""
-    return frame.f_code.co_code[frame.f_lasti] in _SUBSCR
 
 
 def _check_mask_examples(mask, dims):
@@ -186,9 +179,9 @@ def absent_examples(x):
 
 
 _NO_VALUE_WHY = (
-    "it was computed in a step those examples do not have (e.g. a loop over x.unbind(d), "
-    "x.unbind(d)[i] or sum(x.unbind(d)) outside @matchbox.batch, where the last step is not "
-    "every example's last), or MaskedBatch(data, mask, dims) was given a mask that marks "
+    "it was computed in a step those examples do not have (e.g. the padded steps of "
+    "x.unbind(d) walked outside @matchbox.batch, where the last step is not every "
+    "example's last), or MaskedBatch(data, mask, dims) was given a mask that marks "
     "none of their entries real with only static dims (with a dynamic dim, such an example "
     "is one of length 0, which holds a value)")
 
@@ -214,14 +207,17 @@ def refuse_absent(x, what):
 
 
 class _CutDormant(torch.autograd.Function):
-    """``x`` unchanged, but no gradient through the rows of dormant lanes
+    """``x``'s values, but no gradient through the rows of dormant lanes
     (``lanes`` False): what they compute adds none, not even NaN.  The
-    forward is free (a view); the backward zeroes those rows."""
+    forward is a copy (not a view: an op may save it for its backward, and
+    an in-place update of ``x`` later, which per example may be fine where
+    that op's result is never used, must not change what it saved); the
+    backward zeroes those rows."""
 
     @staticmethod
     def forward(ctx, x, lanes):
         ctx.save_for_backward(lanes)
-        return x.view_as(x)
+        return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
@@ -241,7 +237,9 @@ class MaskedBatch:
     # _listed: set by @batch's list append on the items it stores, as
     # (lanes that hold the item, per-lane list length up to the item or None)
     # _rows: the real rows gathered by ops.on_real_rows, kept for the next op
-    # _cut: lanes whose gradient @batch's read cuts (see the padded_data property)
+    # _cut: lanes whose gradient @batch's read cuts (see the padded_data
+    # property); _data stays the value read (its storage), and _cutd caches
+    # the cut as (the value's version, the cut Tensor)
     # _kept: set by a compacted @batch for loop on the values it keeps
     # compacted between iterations (see transform/compaction.py)
     # _update_of: (base data, its version, lanes), set by a rule whose result
@@ -259,8 +257,8 @@ class MaskedBatch:
     # _sizes: None, or {data dim: (B,) lengths} of the dynamic dims, where
     # an example is empty along one and not along another (its mask cannot
     # show that other size); read by ``_lengths``
-    __slots__ = ("_data", "_cut", "_mask", "dims", "_bdim", "_zero_at", "_rows", "_listed",
-                 "_kept", "_update_of", "_present", "_sizes", "__weakref__")
+    __slots__ = ("_data", "_cut", "_cutd", "_mask", "dims", "_bdim", "_zero_at", "_rows",
+                 "_listed", "_kept", "_update_of", "_present", "_sizes", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None, batch_dim=0):
         if not isinstance(data, torch.Tensor):
@@ -307,7 +305,7 @@ class MaskedBatch:
                 f"batch_dim must be None (the examples have no batch-of-one dimension) or a "
                 f"position 0..{n} in each example's shape, got {batch_dim!r}")
         self._data, self._cut, self._mask, self.dims = data, None, mask, dims
-        self._zero_at = self._rows = self._sizes = None
+        self._zero_at = self._rows = self._sizes = self._cutd = None
         self._bdim = batch_dim
         # with a dynamic dim, an example whose mask marks no entry real is
         # one of length 0 (present); with only static dims it holds no value
@@ -325,6 +323,7 @@ class MaskedBatch:
         ``present`` and ``sizes`` are ``_present`` and ``_sizes``."""
         self = object.__new__(cls)
         self._data, self._cut, self._mask, self.dims, self._rows = data, None, mask, dims, None
+        self._cutd = None
         self._zero_at = (data, data._version) if zero else None
         self._bdim, self._present, self._sizes = bdim, present, sizes
         return self
@@ -342,12 +341,15 @@ class MaskedBatch:
     def _read(cls, x, lanes):
         """``x`` as @batch's ``read`` gives it inside a masked region: the
         gradient of its dormant lanes (False in ``lanes``) is cut, so what
-        they compute there adds none.  The cut (a ``where`` against a
-        detached copy) is made when the data is first used; rules that
-        never read dormant lanes take ``uncut(x)`` and skip it."""
-        self = cls._new(x.padded_data, x._mask, x.dims, bdim=x._bdim, present=x._present,
+        they compute there adds none.  The cut is made when the data is
+        first used; rules that never read dormant lanes take ``uncut(x)``
+        and skip it.  The read shares ``x``'s storage: an in-place op on it
+        writes ``x``, and a change of ``x`` in place shows in it."""
+        self = cls._new(x._data, x._mask, x.dims, bdim=x._bdim, present=x._present,
                         sizes=x._sizes)
-        self._cut = lanes
+        c = x._cut  # a read of a read: cut the lanes dormant in either
+        self._cut = lanes if c is None or c is lanes or getattr(lanes, "_mb_within", None) is c \
+            else c & lanes
         return self
 
     @property
@@ -355,16 +357,23 @@ class MaskedBatch:
         """The padded data Tensor ``(B, n_1, ..., n_k)``: every example's
         values, padding included (see ``mask``).  Rules and code that leaves
         matchbox read this; per-example code reads ``data``, as in PyTorch."""
-        if self._cut is not None:
-            d, lanes = self._data, self._cut
-            self._data = _CutDormant.apply(d, lanes.view((-1,) + (1,) * (d.dim() - 1))) \
-                if d.requires_grad and torch.is_grad_enabled() else d
-            self._cut = None
-        return self._data
+        lanes = self._cut
+        if lanes is None:
+            return self._data
+        d = self._data
+        if not (d.requires_grad and torch.is_grad_enabled()):
+            return d
+        # the cut is a copy, made again once the value changes in place
+        version = None if torch.compiler.is_compiling() else d._version
+        c = self._cutd
+        if c is None or c[0] != version:
+            cut = _CutDormant.apply(d, lanes.view((-1,) + (1,) * (d.dim() - 1)))
+            c = self._cutd = (version, cut)
+        return c[1]
 
     @padded_data.setter
     def padded_data(self, value):
-        self._data, self._cut = value, None
+        self._data, self._cut, self._cutd = value, None, None
 
     @property
     def data(self):
@@ -424,17 +433,17 @@ class MaskedBatch:
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         rule = RULES.get(func)
-        if rule is None:
-            from .ops._registry import lookup
-            rule = lookup(func)  # raises, naming the op
+        if rule is None:  # the general fallback (ops/fallback.py)
+            from .ops.fallback import fallback
+            return fallback(func, args, kwargs or {})
         return dispatch(func, rule, args, kwargs or {})
 
     def __getattr__(self, name):
         # Only reached for names the class does not define: Tensor methods
-        # that have no rule yet.
+        # that have no rule, which the general fallback serves (ops/fallback.py).
         if not name.startswith("_") and hasattr(torch.Tensor, name):
-            from .ops._registry import missing_rule
-            raise missing_rule(f"Tensor.{name}")
+            from .ops.fallback import method
+            return method(self, name)
         raise AttributeError(f"'MaskedBatch' object has no attribute '{name}'")
 
     # ------------------------------------------------------------ masks
@@ -635,12 +644,22 @@ class MaskedBatch:
 
     def __len__(self):
         """The size of each example's dimension 0: 1 where that is its
-        batch-of-one dimension (``batch_size`` counts the examples)."""
-        if self.dim() == 0 or _subscripting(sys._getframe(1)):
-            # torch's indexing asks whether an index is a sequence of indices
-            # (table[idx] with a per-example idx); it is one index
-            raise TypeError("len() of a 0-d tensor" if self.dim() == 0 else
-                            "a MaskedBatch index is one index, not a sequence of them")
+        batch-of-one dimension (``batch_size`` counts the examples).
+
+        A batch of integers or bools may be an index, and torch's indexing
+        (``table[idx]``, ``table[idx] = v`` with ``table`` a plain Tensor)
+        takes the len() of an index that is no Tensor to ask whether it is a
+        sequence of indices; a per-example index is one index.  So len() of
+        such a batch raises TypeError, which tells torch so (as a 0-dim
+        tensor's does); its size is ``x.size(0)``.  (Under @batch, len(x)
+        is rewritten and gives each example's own size.)"""
+        if self.dim() == 0:
+            raise TypeError("len() of a 0-d tensor")
+        if not (self._data.is_floating_point() or self._data.is_complex()):
+            raise TypeError(
+                "len() of a MaskedBatch of integers or bools: it may be an index, which "
+                "torch's indexing takes as one index (table[idx]) only if len() fails; read "
+                "its size with x.size(0)")
         n = self.size(0)
         if type(n) is not int:
             raise ValueError(
@@ -705,7 +724,7 @@ class MaskedBatch:
         return self._with_data(self.padded_data.cpu())
 
     def detach(self):
-        return self._with_data(self.padded_data.detach())
+        return self._with_data(self._data.detach())  # (a read's storage: no cut needed)
 
     def type_as(self, other):
         other = other.padded_data if isinstance(other, MaskedBatch) else other
@@ -1013,7 +1032,7 @@ def relabel(x, bdim):
     """``x`` (the same storage, gradient cut and caches) read with its
     batch-of-one dimension at ``bdim``."""
     y = object.__new__(MaskedBatch)
-    y._data, y._cut, y._mask, y.dims = x._data, x._cut, x._mask, x.dims
+    y._data, y._cut, y._cutd, y._mask, y.dims = x._data, x._cut, x._cutd, x._mask, x.dims
     y._zero_at, y._rows, y._bdim = x._zero_at, x._rows, bdim
     y._present, y._sizes = x._present, x._sizes
     return y
@@ -1117,15 +1136,26 @@ def dispatch(func, rule, args, kwargs):
     return rule(*args, **kwargs)
 
 
+class Unplaced(NotImplementedError):
+    """A rule does not serve values whose batch-of-one dimension sits where
+    these operands hold it (ops/placement.py raises it): dispatch runs the
+    general fallback (ops/fallback.py) instead, which raises it where it
+    does not run the op either."""
+
+
 def _dispatch_flagged(func, place, rule, args, kwargs):
     placed = _placed(args) or (kwargs and _placed(kwargs.values()))
-    if place is not None and (place.always or placed):
-        out = place(func, rule, args, kwargs)
-    elif placed:
-        from .ops.placement import unplaced
-        raise unplaced(func, args)
-    else:
-        out = rule(*args, **kwargs)
+    try:
+        if place is not None and (place.always or placed):
+            out = place(func, rule, args, kwargs)
+        elif placed:
+            from .ops.placement import unplaced
+            raise unplaced(func, args)
+        else:
+            out = rule(*args, **kwargs)
+    except Unplaced as e:  # no rule for this placement: the general fallback
+        from .ops.fallback import fallback
+        return fallback(func, args, kwargs, unplaced=e)
     from .ops._registry import keep_presence
     return keep_presence(out, args, kwargs, func)
 

@@ -205,7 +205,11 @@ def _sized(fill, name):
             data = torch.empty(shape, dtype=dtype, device=device)
         data.requires_grad_(requires_grad)
         mask = mask_from_lengths(lengths, data.shape, tuple(dims))
-        return new(data, mask, tuple(dims), zero=value == 0 and name != "empty", bdim=bdim)
+        # an example of size 0 holds a value (empty), which its mask cannot say
+        empty = any(bool((n == 0).any()) for n in lengths.values())
+        present = torch.ones(B, dtype=torch.bool, device=device) if empty else None
+        return new(data, mask, tuple(dims), zero=value == 0 and name != "empty", bdim=bdim,
+                   present=present)
     rule.__name__ = rule.__qualname__ = name
     return rule
 

@@ -11,16 +11,16 @@ turns the op's dimension arguments into storage dims (``core.storage_dim``,
 the one map), calls the rule, and labels the result with where the
 batch-of-one dimension went.
 
-An op with no adapter refuses operands whose batch-of-one dimension is not
-at 0 (``unplaced``), naming the op and the fix.
+An op with no adapter for its operands' batch-of-one dimensions
+(``unplaced``) runs through the general fallback (ops/fallback.py).
 """
 import inspect
 import math
 
 import torch
 
-from ..core import (PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim,
-                    unlabeled)
+from ..core import (PLACEMENTS, RULES, MaskedBatch, Unplaced, adopt, relabel, squeezed,
+                    storage_dim, unlabeled)
 from ._registry import func_name, is_mb
 from .boolean_index import select_rows
 from .indexing import put
@@ -35,7 +35,7 @@ F = torch.nn.functional
 
 def unplaced(func, args):
     where = sorted({a._bdim for a in _batches(args) if a._bdim != 0}, key=str)
-    return NotImplementedError(
+    return Unplaced(
         f"{func_name(func)} has no rule yet for values whose batch-of-one dimension is "
         f"{'absent' if where == [None] else f'at position {where}'} (matchbox/ops/placement.py "
         f"lists the ops that have one). Move it to the front first: x.unsqueeze(0) where "
@@ -928,6 +928,7 @@ _declare(Own(), torch.nonzero, T.nonzero, torch.argwhere, T.argwhere)
 _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
          torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)
 _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))
+_declare(Own(), torch.autograd.grad, torch.autograd.backward)
 _declare(Rowwise(trailing=0), torch.zeros_like, torch.ones_like, torch.full_like,
          torch.empty_like, torch.rand_like, torch.randn_like, torch.randint_like)
 _declare(Made(), T.new_zeros, T.new_ones, T.new_full, T.new_empty, T.new_tensor, T.new)

@@ -10,7 +10,7 @@ import weakref
 
 from . import (assignments, break_statements, calls, conditionals, continue_statements,
                logical, loops, python_values, reads, returns, runtime, sibling_calls,
-               unsupported)
+               unsupported, walrus)
 from .analysis import loop_temporaries
 from .buffers import owned_buffers
 from .maps import map_loops
@@ -34,6 +34,7 @@ PASSES = (
     assignments,          # assignments in regions -> _mb.assign(old, new)
     loops,                # while / for       -> lane-narrowing loops
     conditionals,         # if / elif / else, a if c else b
+    walrus,               # (v := e) in a thunk (and_/or_/if_exp) -> a def that binds v nonlocal
 )
 
 

@@ -36,6 +36,7 @@ import gast
 from . import templates
 from .analysis import declared_outer, local_names, param_names, runtime_call
 from .passes import Pass
+from .walrus import thunks
 
 _OPS = {gast.Add: "+=", gast.Sub: "-=", gast.Mult: "*=", gast.Div: "/=", gast.FloorDiv: "//=",
         gast.Mod: "%=", gast.Pow: "**=", gast.MatMult: "@=", gast.BitAnd: "&=", gast.BitOr: "|=",
@@ -110,6 +111,7 @@ class _Assignments(Pass):
         return templates.replace("x = value", origin, x=target, value=value)
 
     def visit_Assign(self, node):
+        node.value = self.visit(node.value)  # (a walrus in it, a conditional expression)
         if not self.depth:
             return node
         if len(node.targets) == 1:
@@ -119,6 +121,19 @@ class _Assignments(Pass):
         for t in node.targets:
             out += self._store(t, templates.name(tmp), node)
         return out
+
+    # a conditional expression's branches are regions, as an if statement's
+    visit_IfExp = Pass.visit_If
+
+    def visit_Call(self, node):
+        """The thunks of ``rt.and_`` / ``rt.or_`` (a test's right operands)
+        run for the lanes their left operand lets through: regions, so a
+        walrus there binds only those lanes (walrus.py makes it bind the
+        function's variable)."""
+        self.generic_visit(node)
+        for lam in thunks(node, self.ctx.runtime):
+            lam.body = self.region(lam.body)
+        return node
 
     def visit_NamedExpr(self, node):
         """``(x := v)`` in a region (a ``while`` test): a masked assignment,
@@ -134,11 +149,14 @@ class _Assignments(Pass):
                                                walrus=node)
 
     def visit_AnnAssign(self, node):
+        if node.value is not None:
+            node.value = self.visit(node.value)
         if not self.depth or node.value is None:
             return node
         return self._store(node.target, node.value, node)
 
     def visit_AugAssign(self, node):
+        node.value = self.visit(node.value)
         if not self.depth:
             return node
         rt, op = self.ctx.runtime, templates.constant(_OPS[type(node.op)])
@@ -165,7 +183,7 @@ class _Assignments(Pass):
         ``buf = rt.inplace(buf, 'add_', 'buf', v)`` (a plain Tensor of the
         function's own becomes one copy per example, as for ``buf[i] = v``;
         a MaskedBatch's in-place rules honour the active lanes)."""
-        call = node.value
+        call = node.value = self.visit(node.value)
         if not self.depth or not isinstance(call, gast.Call) or not isinstance(call.func, gast.Attribute):
             return node
         method, target = call.func.attr, call.func.value

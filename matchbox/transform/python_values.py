@@ -9,7 +9,8 @@ Python value on anything else:
     x.size(d), x.shape         ->  rt.size(x, d), rt.shape(x)
     x.item()                   ->  rt.item(x)
     len(v), int(v), float(v),  ->  rt.len_(v), rt.int_(v), rt.float_(v),
-    bool(v), reversed(v)           rt.bool_(v), rt.reversed_(v)
+    bool(v), reversed(v),          rt.bool_(v), rt.reversed_(v),
+    sum(v), sum(v, start)          rt.sum_(v), rt.sum_(v, start)
     lst.pop(), lst.pop(i)      ->  rt.pop(lst), rt.pop(lst, i)
     v[i], v[a:b:c]             ->  rt.getitem(v, i), rt.getitem(v, slice(a, b, c))
     not v                      ->  rt.not_(v)      (outside if/while tests too)
@@ -32,7 +33,7 @@ from .passes import Pass
 
 _METHODS = {"size": "size", "item": "item", "pop": "pop"}
 _BUILTINS = {"len": "len_", "int": "int_", "float": "float_", "bool": "bool_",
-             "reversed": "reversed_"}
+             "reversed": "reversed_", "sum": "sum_"}
 _TENSOR_CALLS = {"is_tensor", "Variable"}
 
 
@@ -61,9 +62,9 @@ class _Values(Pass):
             node.args = [obj] + node.args
             return node
         if isinstance(func, gast.Name) and func.id in _BUILTINS and func.id not in self.names \
-                and len(node.args) == 1 and not node.keywords \
-                and not isinstance(node.args[0], gast.Starred):
-            node.args = [self.visit(node.args[0])]
+                and (len(node.args) == 1 or func.id == "sum" and len(node.args) == 2) \
+                and not node.keywords and not any(isinstance(a, gast.Starred) for a in node.args):
+            node.args = [self.visit(a) for a in node.args]
             node.func = self._rt(_BUILTINS[func.id], func)
             return node
         if isinstance(func, gast.Name) and func.id == "isinstance" and func.id not in self.names \

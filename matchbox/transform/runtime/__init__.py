@@ -25,7 +25,7 @@ module imports one that imports it back; tests/transform/test_runtime_layers.py)
   ``float_``, ``bool_`` (per-example Python values)
 - :mod:`.tensor_checks`: ``isinstance_``, ``tensor_call`` (``torch.is_tensor``,
   ``Variable``): a MaskedBatch is a Tensor to per-example code
-- :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``
+- :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``, ``sum_``
 - :mod:`.loops`: ``while_loop``, ``for_loop``; :mod:`.maps`: ``map_loop``
   (a ``for`` whose iterations share no state, run once on every step)
 - :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls), ``recursive``
@@ -44,7 +44,7 @@ from .assign import aug_assign, assign, inplace, read, setattr_, setitem
 from .calls import SiblingLoop, recursive, sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
 from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
-    reversed_, zip_
+    reversed_, sum_, zip_
 from .list_items import getitem, pop
 from .lists import append, extend, insert
 from .loops import for_loop, while_loop
@@ -60,7 +60,8 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
            "isinstance_", "tensor_call",
            "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
-           "presence", "range_", "enumerate_", "zip_", "reversed_", "sibling_calls", "recursive",
+           "presence", "range_", "enumerate_", "zip_", "reversed_", "sum_", "sibling_calls",
+           "recursive",
            "returned"]
 
 #: the calls that act for the function that calls them (their ``owner``)
@@ -73,9 +74,9 @@ OWNED = {"read": read, "assign": assign, "aug_assign": aug_assign, "setattr_": s
 
 def function_runtime():
     """The runtime as one rewritten function calls it (its ``_mb``): every
-    name of ``__all__``, the calls of ``OWNED`` given this object as their
-    ``owner``."""
-    rt = types.SimpleNamespace(**{name: globals()[name] for name in __all__})
+    public name of this package, the calls of ``OWNED`` given this object
+    as their ``owner``."""
+    rt = types.SimpleNamespace(**{k: v for k, v in globals().items() if not k.startswith("_")})
     for name, f in OWNED.items():
         setattr(rt, name, functools.partial(f, rt))
     return rt

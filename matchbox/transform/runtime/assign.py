@@ -14,7 +14,7 @@ from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .compaction import owned
 from .lists import extend_owned
-from .select import ShapeMismatch, select
+from .select import ShapeMismatch, rebuilt, select
 from .update import _assign
 from .values import Mixed, Undefined
 
@@ -25,9 +25,8 @@ def read(owner, x, shared=True):
     inactive branches stop_gradient'ed inputs the same way).  Every read of
     one value under the same lanes gives the same batch: one cut (one
     backward node) where each read would make its own.  The target of an
-    in-place op is read with ``shared=False``: a read of its own, whose
-    data is not the cut's view (which no in-place op may write), so that
-    the write reaches ``x``.  (``owner``, here and below: the runtime of
+    in-place op is read with ``shared=False``: a read of its own (a read
+    shares ``x``'s storage, so the write reaches ``x``).  (``owner``, here and below: the runtime of
     the calling function, see compaction.py.)"""
     comp = owned(owner)
     return _read(x if comp is None else comp.take(x), shared)
@@ -76,7 +75,7 @@ def _compacted_assign(comp, old, new, keep=True):
     if isinstance(new, tuple) and (isinstance(old, Undefined)
                                    or isinstance(old, tuple) and len(old) == len(new)):
         olds = old if isinstance(old, tuple) else (old,) * len(new)
-        return tuple(_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new))
+        return rebuilt(new, [_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new)])
     if type(old) is Mixed:  # a compacted loop keeps one value per variable
         raise ShapeMismatch(new, next(v for _, v in old.parts))
     current = comp.take(old)
@@ -87,7 +86,7 @@ def _compacted_assign(comp, old, new, keep=True):
     kept = comp.keep(None if undefined else old, current, new) if keep else None
     if kept is not None:
         return kept
-    if not undefined and comp.compacted(old):
+    if not undefined and comp.compacted(old) and getattr(old, "_kept", None) is None:
         return new  # a loop temporary, bound (compacted) earlier in this iteration
     if comp.compacted(new):
         new = comp.expand(new)

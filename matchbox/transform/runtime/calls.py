@@ -6,6 +6,7 @@ from ...core import MaskedBatch
 from ...ops._registry import scatter_rows, uncut
 from .compaction import owned
 from .lists import _append_owned
+from .select import rebuilt
 from .values import Mixed
 
 _new = MaskedBatch._new
@@ -222,7 +223,7 @@ def _unstacked(out, parts, B):
     k = len(parts)
     if isinstance(out, tuple):
         split = [_unstacked(o, parts, B) for o in out]
-        return tuple(tuple(p[i] for p in split) for i in range(k))
+        return tuple(rebuilt(out, [p[i] for p in split]) for i in range(k))
     sizes = [B if rows is None else rows.numel() for rows in parts]
     if type(out) is MaskedBatch and out._data.size(0) == sum(sizes):
         data, mask = out.padded_data, out._mask  # (presence and sizes split alike)

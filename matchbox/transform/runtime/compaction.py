@@ -32,7 +32,7 @@ import torch
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows
-from .select import ShapeMismatch, select
+from .select import ShapeMismatch, rebuilt, select
 from .update import _assign, _mixed_assign
 from .values import Mixed, Undefined
 
@@ -90,7 +90,7 @@ class Compaction:
         """``x`` as this iteration reads it: the live rows of a full-batch
         value (of each, in a tuple)."""
         if isinstance(x, tuple):
-            return tuple(self.take(v) for v in x)
+            return rebuilt(x, [self.take(v) for v in x])
         return self._take(x)
 
     def _take(self, x):
@@ -212,7 +212,7 @@ class StepCompaction(Compaction):
 
     def settle(self, x):
         if isinstance(x, tuple):
-            return tuple(self.settle(v) for v in x)
+            return rebuilt(x, [self.settle(v) for v in x])
         kept = self._kept(x)
         if kept is None:
             return x
@@ -317,7 +317,37 @@ class BranchCompaction(Compaction):
 
     def __init__(self, alive, owner, description, parent=None):
         super().__init__(alive, owner, description)
-        self.parent = parent
+        self.parent, self.held = parent, None
+
+    def hold_attributes(self, holder):
+        """For the branch, ``owner``'s (a method's ``self``) full-batch
+        attributes (``self.memory``, ``self.cache``) hold their branch rows:
+        a method called in the branch reads them at the branch's batch size
+        and may set them (``release_attributes`` scatters them back).  Not
+        in a map loop's body, whose lanes are (example, step) pairs."""
+        attrs = getattr(holder, "__dict__", None)
+        if attrs is None or self.parent is not None:
+            return
+        before = dict(attrs)
+        gathered = {name: self.rows_of(v) for name, v in before.items() if self.full(v)}
+        attrs.update(gathered)
+        self.held = (attrs, before, gathered)
+
+    def release_attributes(self, done=True):
+        """After the branch (``done``: it ran to its end): each attribute of
+        the holder set in it to a value of the branch's rows holds that value
+        in those lanes and its old one in the others; the others are back
+        as they were."""
+        if self.held is None:
+            return
+        attrs, before, gathered = self.held
+        self.held = None
+        for name, v in list(attrs.items()):
+            old = before.get(name)
+            if name in gathered and (v is gathered[name] or not done):
+                attrs[name] = old  # read only (or the branch raised): as it was
+            elif done and (self.compacted(v) or v is not old and self.full(old)):
+                attrs[name] = self._write(old, v, self.alive)
 
     def _take(self, x):
         if self.parent is not None:
@@ -332,7 +362,7 @@ class BranchCompaction(Compaction):
         if isinstance(new, tuple) and (isinstance(old, Undefined)
                                        or isinstance(old, tuple) and len(old) == len(new)):
             olds = old if isinstance(old, tuple) else (old,) * len(new)
-            return tuple(self.assign(o, v) for o, v in zip(olds, new))
+            return rebuilt(new, [self.assign(o, v) for o, v in zip(olds, new)])
         new = _assign(self.take(old), new)  # (masked by a loop or branch inside this one)
         if type(new) is Mixed:
             out = old

@@ -100,12 +100,15 @@ class if_true:
     lanes only, gathered and scattered back (``compaction.BranchCompaction``),
     when few lanes take it: ``share`` is ``@batch(compact=...)``'s share,
     None for the measured rule (``compaction.branch_compaction``).
-    ``owner``: the runtime of the function whose code holds the branch."""
+    ``owner``: the runtime of the function whose code holds the branch;
+    ``holder``: a method's ``self``, whose attributes a gathered branch
+    gathers and scatters back as it does variables."""
 
-    __slots__ = ("owner", "c", "gather", "share", "token", "compact_token")
+    __slots__ = ("owner", "c", "gather", "share", "holder", "token", "compact_token")
 
-    def __init__(self, owner, c, gather=None, share=None):
+    def __init__(self, owner, c, gather=None, share=None, holder=None):
         self.owner, self.c, self.gather, self.share = owner, c, gather, share
+        self.holder = holder
 
     def _lanes(self):
         return self.c
@@ -125,12 +128,14 @@ class if_true:
             if comp is not None:
                 self.compact_token = _COMPACT.set(comp)
                 _ACTIVE.set(None)  # every gathered lane is active
+                comp.hold_attributes(self.holder)
         return run
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, error, tb):
         if self.token is None and isinstance(self.c, bool):
             return False
         if self.compact_token is not _NONE:
+            _COMPACT.get().release_attributes(error is None)
             _COMPACT.reset(self.compact_token)
         _ACTIVE.reset(self.token)
         return False

@@ -10,6 +10,7 @@ from .compaction import Compaction, StepCompaction
 from .conditions import _combine, _inside, cond
 from .iterables import lane_items, per_example_items
 from .lists import _STEP, step_lanes
+from .select import rebuilt
 from .steps import compiled_step
 
 _new = MaskedBatch._new
@@ -91,7 +92,7 @@ def _lane_masks_dropped(item):
     lanes say that already, and an unmasked item keeps the body's ops and
     masked updates on their fast paths."""
     if isinstance(item, (tuple, list)):
-        return type(item)(_lane_masks_dropped(x) for x in item)
+        return rebuilt(item, [_lane_masks_dropped(x) for x in item])
     if isinstance(item, MaskedBatch) and item._mask is not None \
             and item._mask.numel() == item._mask.size(0):
         return _new(item.padded_data, None, item.dims, bdim=item._bdim)

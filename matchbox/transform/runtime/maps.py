@@ -26,6 +26,7 @@ from .compaction import MapCompaction, owned
 from .iterables import zip_
 from .lists import _append_owned
 from .loops import for_loop
+from .select import rebuilt
 from .values import Mixed
 
 _new = MaskedBatch._new
@@ -196,7 +197,7 @@ def _split(value, pairs, B, T):
     """``t -> value's lanes of step t`` (as a value of the ``B`` examples)."""
     if isinstance(value, (tuple, list)):
         parts = [_split(v, pairs, B, T) for v in value]
-        return lambda t: type(value)(p(t) for p in parts)
+        return lambda t: rebuilt(value, [p(t) for p in parts])
     if type(value) is not MaskedBatch:
         if isinstance(value, (Mixed, dict)):
             raise NotImplementedError(

@@ -19,6 +19,7 @@ import torch
 
 from ..._sizes import per_example
 from ...core import MaskedBatch
+from ...ops.steps import Steps
 from .list_items import list_len
 from .lists import is_per_lane
 from .select import example_shape
@@ -37,10 +38,13 @@ def shape(x):
 
 
 def len_(x):
-    """``len(x)``: of a per-example list, each example's own length; of a
-    MaskedBatch whose dimension 0 is dynamic, each example's own size."""
+    """``len(x)``: of a per-example list or the steps of ``x.unbind(d)``,
+    each example's own length; of a MaskedBatch whose dimension 0 is
+    dynamic, each example's own size."""
     if type(x) is list:
         return list_len(x)
+    if type(x) is Steps:
+        return x.lengths()
     if type(x) is not MaskedBatch:
         return builtins.len(x)
     if x.dim() == 0:
