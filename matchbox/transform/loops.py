@@ -97,8 +97,11 @@ class _Loops(Pass):
         found = self.ctx.map_loops.get(id(node))
         if found is not None and not flags:
             return self._map(node, loop, *found)
+        desc = self._description("for", node)
+        limit = templates.constant(self.ctx.max_iterations)
         step = self.ctx.step_loops.get(id(node))
-        lifted = [] if step is None or flags else steps.lift(node, self.ctx, loop, *step)
+        if step is not None and not flags:
+            return steps.lift(node, self.ctx, *step, desc, limit)
         settle = []
         if self.ctx.compact is not None and not flags \
                 and not _stores_into_subscripts(node.body, self.ctx.runtime):
@@ -107,9 +110,9 @@ class _Loops(Pass):
                 settle += templates.replace("x = loop.settle(x)", node, x=name, loop=loop)
         out = templates.replace(
             template, node, rt=self.ctx.runtime, iterable=node.iter, extra=extra,
-            desc=self._description("for", node), limit=templates.constant(self.ctx.max_iterations),
-            share=templates.constant(self.ctx.compact), loop=loop, target=node.target, body=node.body)
-        return lifted + out + settle + self._orelse(node, flags)
+            desc=desc, limit=limit, share=templates.constant(self.ctx.compact), loop=loop,
+            target=node.target, body=node.body)
+        return out + settle + self._orelse(node, flags)
 
     def _map(self, node, loop, appends, reads):
         """A loop whose iterations share no state (maps.py): run once on

@@ -7,13 +7,14 @@ A ``for`` whose body is straight-line code (no branch, loop, jump,
 region may not hold) and has no effect outside the iteration other than
 ``lst.append(v)`` to lists that it does not otherwise use, is lowered to
 
-    def loop_step(out, item, cell, h, c):        (the lists it appends to, then
-        x = item                                  the values it reads)
+    def loop_step(out, item, cell, c, h):       (the lists it appends to, the
+        x = item                                 item, then the values it reads)
         ...
         return (c, h)                            (the variables it sets that are
-    with _mb.for_loop(...) as loop:               read after it or in its next step)
-        for item in loop:
-            (c, h) = loop.step(loop_step, (out,), item, cell, h, c)
+    (c, h) = _mb.step_loop(loop_step, xs.unbind(1), desc, limit,
+                           (out,), (cell, c, h), (1, 2))
+                                                 read after it or in its next step,
+                                                 and where they go in the values)
 
 ``step_loops(fdef)`` picks the loops, on the function as written (before
 any pass); ``lift`` lowers one, in the loops pass (loops.py).
@@ -133,29 +134,36 @@ def _carried(fdef, loop):
     return tuple(sorted(sets & outside | (_free(loop.body) - targets) & sets))
 
 
-def lift(node, ctx, loop, lists, carried, user_locals):
+def lift(node, ctx, lists, carried, user_locals, desc, limit):
     """The statements that define ``node``'s (lowered) body as a step
-    function, and ``node`` calling it (see above).  ``user_locals``: the
-    function's variables, as written."""
-    rt = ctx.runtime
+    function and run the loop on it (see above).  ``user_locals``: the
+    function's variables, as written; ``desc``, ``limit``: the loop's
+    description and iteration limit (expressions)."""
     fn = ctx.namer.new("loop_step")
-    params = (_free(node.body) & (user_locals | assigned_names([node.target]))) - set(lists)
-    params = list(lists) + sorted(params | set(carried))
+    targets = assigned_names([node.target])
+    args = sorted((_free(node.body) & user_locals) - targets - set(lists) | set(carried))
+    plain = isinstance(node.target, gast.Name) and node.target.id not in args
+    item = node.target.id if plain else ctx.namer.new("item")
+    params = list(lists) + [item] + args
     result = gast.Tuple([templates.name(n) for n in carried], gast.Load())
+    bind = [] if plain else templates.replace("target = item", node, target=node.target,
+                                              item=item)
     fdef = gast.FunctionDef(
         name=fn, args=gast.arguments(
             posonlyargs=[], args=[templates.name(p, gast.Param()) for p in params], vararg=None,
             kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-        body=node.body + [gast.Return(result)], decorator_list=[], returns=None,
+        body=bind + node.body + [gast.Return(result)], decorator_list=[], returns=None,
         type_comment=None, type_params=[])
     call = templates.replace_as_expression(
-        "loop.step(fn, lists)", node, loop=loop, fn=fn, rt=rt,
-        lists=gast.Tuple([templates.name(n) for n in lists], gast.Load()))
-    call.args += [templates.name(p) for p in params[len(lists):]]
+        "rt.step_loop(fn, lambda: iterable, desc, limit, lists, args, back)", node,
+        rt=ctx.runtime,
+        fn=fn, iterable=node.iter, desc=desc, limit=limit,
+        lists=gast.Tuple([templates.name(n) for n in lists], gast.Load()),
+        args=gast.Tuple([templates.name(n) for n in args], gast.Load()),
+        back=templates.constant(tuple(args.index(n) for n in carried)))
     if carried:
         target = gast.Tuple([templates.name(n, gast.Store()) for n in carried], gast.Store())
         stmt = gast.Assign(targets=[target], value=call, type_comment=None)
     else:
         stmt = gast.Expr(value=call)
-    node.body = [templates.stamp(stmt, node)]
-    return [templates.stamp(fdef, node)]
+    return [templates.stamp(fdef, node), templates.stamp(stmt, node)]

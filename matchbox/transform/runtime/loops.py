@@ -11,7 +11,7 @@ from .conditions import _combine, _inside, cond
 from .iterables import lane_items, per_example_items
 from .lists import _STEP, step_lanes
 from .select import rebuilt
-from .steps import compiled_step
+from .steps import compiled_step, compiling_steps, eager
 
 _new = MaskedBatch._new
 
@@ -112,9 +112,12 @@ class for_loop(_Loop):
     share of the lanes have it (see ``StepCompaction``); the variables it
     assigns are put back together after it by ``loop.settle(x)``."""
 
-    def __init__(self, owner, iterable, extra, description, max_iterations, compact=None):
+    def __init__(self, owner, iterable, extra, description, max_iterations, compact=None,
+                 masked=None):
         super().__init__(owner, description, max_iterations, compact)
         self.iterable, self.extra = per_example_items(iterable), extra
+        # every step masked, with no host read (compiled; see __iter__)
+        self.masked = torch.compiler.is_compiling() if masked is None else masked
 
     def __enter__(self):
         self.outer_step = _STEP.get()  # a loop around this one's (step_lanes)
@@ -127,7 +130,7 @@ class for_loop(_Loop):
     def __iter__(self):
         # compiled, no lane count is read: every step with an item in some
         # lane runs masked (the longest example's steps; a graph has no host reads)
-        masked = torch.compiler.is_compiling()
+        masked = self.masked
         steps = _Steps.of(self.iterable, masked)
         items = lane_items(self.iterable) if steps is None else zip(self.iterable, steps.lanes)
         compacts = self.compact is not None and steps is not None and steps.shrinking \
@@ -163,14 +166,6 @@ class for_loop(_Loop):
             self.compaction.check()
         _ACTIVE.set(self.alive)
 
-    def step(self, body, lists, *args):
-        """One iteration of a loop whose body the rewrite made a function
-        (transform/steps.py): ``body(*lists, *args)``; compiled, one region
-        traced once for every step (steps.py)."""
-        if torch.compiler.is_compiling():
-            return compiled_step(body, lists, args)
-        return body(*lists, *args)
-
     def _compacted(self, item, n, lanes, steps):
         """Run this iteration on its ``n`` lanes only; its item compacted."""
         comp = self.compaction
@@ -185,6 +180,28 @@ class for_loop(_Loop):
     def settle(self, x):
         """Variable ``x`` after the loop, holding every example again."""
         return x if self.compaction is None else self.compaction.settle(x)
+
+
+@eager
+def step_loop(owner, body, iterable, description, max_iterations, lists, args, back):
+    """A ``for`` whose body the rewrite made a function (transform/steps.py):
+    ``body(*lists, item, *args)`` for each item of ``iterable()``, under
+    the item's lanes; what it returns goes back to ``args[back[0]]``,
+    ``args[back[1]]``, ... for the next step, and is returned at the end.
+
+    Under torch.compile the loop runs outside the graph (``eager``) and
+    each step as one compiled graph, the same for every step with the same
+    lanes and shapes (runtime/steps.py): compiling takes one step's time,
+    not the loop's; every step runs masked, as in a graph."""
+    compiled = compiling_steps()
+    args = list(args)
+    with for_loop(owner, iterable(), None, description, max_iterations, masked=compiled) as loop:
+        for item in loop:
+            step = (item,) + tuple(args)
+            state = compiled_step(body, lists, step) if compiled else body(*lists, *step)
+            for i, value in zip(back, state):
+                args[i] = value
+    return tuple(args[i] for i in back)
 
 
 class _Steps:

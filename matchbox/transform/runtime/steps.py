@@ -31,7 +31,12 @@ objects.
 Anything the region cannot take (a list, a dict, an object, every lane
 active, a loop inside a compaction) runs the body inline, as before.
 """
+import functools
+import types
+
 import torch
+from torch._C._dynamo.eval_frame import set_eval_frame
+from torch._dynamo.eval_frame import skip_code
 
 from ..._lanes import _ACTIVE, _COMPACT, _Slot
 from ...core import MaskedBatch
@@ -40,11 +45,11 @@ from .values import Undefined
 
 _new = MaskedBatch._new
 
-# the call being made: (body, number of appended lists, argument spec),
-# read inside the region; {key: spec of what the region returned}: both
-# per thread
-_CALL = _Slot()
+# per thread: the frame callback of the torch.compile that runs a loop
+# (``eager``); {key: spec of what a step returned}; {key: step function}
+_OUTER = _Slot()
 _SPECS = _Slot()
+_FUNCTIONS = _Slot()
 
 
 class _NotFlat(Exception):
@@ -142,12 +147,20 @@ def _distinct(leaves):
     return inputs, tuple(index)
 
 
+def _per_thread(slot):
+    d = slot.get()
+    if d is None:
+        d = {}
+        slot.set(d)
+    return d
+
+
 def _specs():
-    specs = _SPECS.get()
-    if specs is None:
-        specs = {}
-        _SPECS.set(specs)
-    return specs
+    return _per_thread(_SPECS)
+
+
+def _functions():
+    return _per_thread(_FUNCTIONS)
 
 
 def _out_spec(x, ins, args, out):
@@ -202,43 +215,72 @@ def _rebuilt(spec, outs, ins, args):
     return _unflatten(spec[1], iter(()))
 
 
-def _region_key(key, *inputs):
-    return key
-
-
-def _region(key, *inputs):
+def _region(call, inputs, record):
     """The body called on the values ``inputs`` hold, under their lanes;
-    returns the Tensors of what it returned and of what it appended."""
-    body, nlists, spec, index = _CALL.get()
+    returns the Tensors of what it returned and of what it appended, and
+    with ``record`` notes how to rebuild the values from them (its first
+    call for the key, eager: the compiled one records nothing, which
+    torch.compile would guard on).  ``call``: ``(key, body, number of
+    lists, argument spec, index)``."""
+    key, body, nlists, spec, index = call
     leaves = [inputs[j] for j in index]
     lanes, *args = _unflatten(spec, iter(leaves))
     lists = [_Appends() for _ in range(nlists)]
-    tokens = _ACTIVE.set(lanes), _STEP.set(None), _CALL.set(None)
+    tokens = _ACTIVE.set(lanes), _STEP.set(None)
     try:
         state = body(*lists, *args)
     finally:
-        _CALL.reset(tokens[2])
         _STEP.reset(tokens[1])
         _ACTIVE.reset(tokens[0])
     out = []
     records = tuple((i, _out_spec(v, leaves, (), out), _out_spec(m, leaves, (), out))
                     for i, lst in enumerate(lists) for v, m in lst.records)
-    _specs()[key] = (_out_spec(state, leaves, args, out), records)
+    state = _out_spec(state, leaves, args, out)
+    if record:
+        _specs()[key] = (state, records)
     return tuple(out)
 
 
-try:   # torch >= 2.13: a region reused by key, whatever Python it runs
-    _region = torch.compiler.nested_compile_region(
-        _region, reuse_hash_fn=_region_key, max_reuse_entries=2 ** 31)
-except (AttributeError, TypeError):
-    _region = None
+def _step_function(call):
+    """A function of the step's Tensors that runs ``_region(call, ...)``,
+    with a code object of its own: dynamo keeps its compiled graphs per
+    code object, so each key gets its own and no key recompiles another's."""
+    def step(*inputs):
+        return _region(call, inputs, False)
+    return types.FunctionType(step.__code__.replace(co_name=f"loop_step_{len(_functions())}"),
+                              step.__globals__, None, None, step.__closure__)
+
+
+def eager(fn):
+    """``fn`` run outside torch.compile's graph (a graph break where it is
+    called), its steps compiled by ``compiled_step`` with the compile that
+    called it (its backend and options): ``fn`` starts with dynamo off and
+    keeps the compile's frame callback for ``compiled_step`` to turn on
+    around each step."""
+    @functools.wraps(fn)
+    def run(*args):
+        outer = set_eval_frame(None)
+        token = _OUTER.set(outer)
+        try:
+            return fn(*args)
+        finally:
+            _OUTER.reset(token)
+            set_eval_frame(outer)
+    run._torchdynamo_disable = True          # dynamo calls it and does not trace it
+    skip_code(run.__code__)                  # nor compile its frame
+    return run
+
+
+def compiling_steps():
+    """Whether the loop running now was called by torch.compile's code."""
+    return _OUTER.get() is not None
 
 
 def compiled_step(body, lists, args):
-    """``body(*lists, *args)`` under torch.compile: one region reused by
-    every step with the same key (see above), or inline."""
-    lanes = _ACTIVE.get()
-    if _region is None or lanes is None or _COMPACT.get() is not None:
+    """``body(*lists, *args)`` as one compiled graph, the same for every
+    step with the same key (see above), or inline."""
+    lanes, outer = _ACTIVE.get(), _OUTER.get()
+    if lanes is None or _COMPACT.get() is not None:
         return body(*lists, *args)
     leaves = []
     try:
@@ -247,11 +289,17 @@ def compiled_step(body, lists, args):
         return body(*lists, *args)
     key = _key(body, spec, leaves)
     inputs, index = _distinct(leaves)
-    token = _CALL.set((body, len(lists), spec, index))
-    try:
-        outs = _region(key, *inputs)
-    finally:
-        _CALL.reset(token)
+    call = (key, body, len(lists), spec, index)
+    fn = _functions().get(key)
+    if fn is None:   # the first step with this key runs eagerly and records its outputs
+        outs = _region(call, inputs, True)
+        _functions()[key] = _step_function(call)
+    else:
+        set_eval_frame(outer)
+        try:
+            outs = fn(*inputs)
+        finally:
+            set_eval_frame(None)
     state_spec, records = _specs()[key]
     state = _rebuilt(state_spec, outs, leaves, args)
     appended = [(i, _rebuilt(v, outs, leaves, ()), _rebuilt(m, outs, leaves, ()))
