@@ -5,13 +5,14 @@ import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, active_lanes
 from ...core import MaskedBatch
+from ...ops.steps import Steps
 from ..errors import LoopLimitError
 from .compaction import Compaction, StepCompaction
 from .conditions import _combine, _inside, cond
-from .iterables import lane_items, per_example_items
+from .iterables import LaneIterable, lane_items, per_example_items
 from .lists import _STEP, step_lanes
 from .select import rebuilt
-from .steps import compiled_step, compiling_steps, eager
+from .steps import compiled_step, eager
 
 _new = MaskedBatch._new
 
@@ -182,26 +183,41 @@ class for_loop(_Loop):
         return x if self.compaction is None else self.compaction.settle(x)
 
 
-@eager
 def step_loop(owner, body, iterable, description, max_iterations, lists, args, back):
     """A ``for`` whose body the rewrite made a function (transform/steps.py):
     ``body(*lists, item, *args)`` for each item of ``iterable()``, under
     the item's lanes; what it returns goes back to ``args[back[0]]``,
     ``args[back[1]]``, ... for the next step, and is returned at the end.
 
-    Under torch.compile the loop runs outside the graph (``eager``) and
-    each step as one compiled graph, the same for every step with the same
-    lanes and shapes (runtime/steps.py): compiling takes one step's time,
-    not the loop's; every step runs masked, as in a graph."""
-    compiled = compiling_steps()
+    Under torch.compile a loop over per-example steps (``x.unbind(1)``, a
+    per-example ``range``) runs outside the graph (``eager``) and each
+    step as one compiled graph, the same for every step with the same
+    shapes (runtime/steps.py): compiling takes a step's time, not the
+    loop's.  A loop over a Python list or a ModuleList is traced into the
+    graph as before."""
+    if torch.compiler.is_compiling() and isinstance(iterable(), (Steps, MaskedBatch,
+                                                                  LaneIterable)):
+        return _compiled_loop(owner, body, iterable, description, max_iterations, lists, args,
+                              back)
+    return _loop(owner, body, iterable, description, max_iterations, lists, args, back)
+
+
+def _loop(owner, body, iterable, description, max_iterations, lists, args, back,
+          compiled=False):
     args = list(args)
-    with for_loop(owner, iterable(), None, description, max_iterations, masked=compiled) as loop:
+    with for_loop(owner, iterable(), None, description, max_iterations,
+                  masked=True if compiled else None) as loop:
         for item in loop:
             step = (item,) + tuple(args)
             state = compiled_step(body, lists, step) if compiled else body(*lists, *step)
             for i, value in zip(back, state):
                 args[i] = value
     return tuple(args[i] for i in back)
+
+
+@eager
+def _compiled_loop(*args):
+    return _loop(*args, compiled=True)
 
 
 class _Steps:

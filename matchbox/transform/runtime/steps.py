@@ -36,7 +36,7 @@ import types
 
 import torch
 from torch._C._dynamo.eval_frame import set_eval_frame
-from torch._dynamo.eval_frame import skip_code
+from torch._dynamo.eval_frame import innermost_backend, skip_code
 
 from ..._lanes import _ACTIVE, _COMPACT, _Slot
 from ...core import MaskedBatch
@@ -45,11 +45,14 @@ from .values import Undefined
 
 _new = MaskedBatch._new
 
-# per thread: the frame callback of the torch.compile that runs a loop
-# (``eager``); {key: spec of what a step returned}; {key: step function}
-_OUTER = _Slot()
+# per thread: the backend of the torch.compile that runs a loop (``eager``);
+# {key: spec of what a step returned}; {key: its compiled step function}
+_BACKEND = _Slot()
 _SPECS = _Slot()
 _FUNCTIONS = _Slot()
+
+
+_INLINE = object()   # a key whose step does not compile to one graph
 
 
 class _NotFlat(Exception):
@@ -81,7 +84,9 @@ def _flatten(x, leaves):
     if isinstance(x, torch.Tensor):
         leaves.append(x)
         return ("t",)
-    if x is None or t in (bool, int, float, str):
+    if t is int:   # a step's index: compiled, one graph per value (it runs inline)
+        raise _NotFlat
+    if x is None or t in (bool, float, str):
         return ("c", x)
     if t is tuple:
         return ("tuple",) + tuple(_flatten(v, leaves) for v in x)
@@ -121,10 +126,10 @@ def _key(body, spec, leaves):
     for i, x in enumerate(leaves):
         if isinstance(x, torch.nn.Module):
             meta.append(("module", id(x), x.training))
-            continue
-        same = next((j for j in range(i) if leaves[j] is x), None)
-        meta.append((tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad, same))
-    return hash((body.__code__, spec, tuple(meta), torch.is_grad_enabled()))
+        else:
+            same = next((j for j in range(i) if leaves[j] is x), None)
+            meta.append((tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad, same))
+    return (body.__code__, spec, tuple(meta), torch.is_grad_enabled())
 
 
 def _distinct(leaves):
@@ -169,7 +174,8 @@ def _out_spec(x, ins, args, out):
     its inputs): an argument returned as it is comes back as the caller's
     object (``("arg", k)``), an input Tensor as the caller's (``("in", j)``)."""
     for k, a in enumerate(args):
-        if x is a and not isinstance(a, (bool, int, float, str, type(None))):
+        if type(x) is not tuple and type(a) is not tuple and x is a \
+                and not isinstance(a, (bool, int, float, str, type(None))):
             return ("arg", k)
     if type(x) is MaskedBatch:
         sizes = tuple(sorted(x._sizes)) if x._sizes else None
@@ -241,46 +247,41 @@ def _region(call, inputs, record):
     return tuple(out)
 
 
-def _step_function(call):
-    """A function of the step's Tensors that runs ``_region(call, ...)``,
-    with a code object of its own: dynamo keeps its compiled graphs per
-    code object, so each key gets its own and no key recompiles another's."""
+def _step_function(call, backend):
+    """``_region(call, ...)`` compiled with ``backend`` as one graph, under
+    a code object of its own: dynamo keeps its compiled graphs per code
+    object, so no key recompiles another's."""
     def step(*inputs):
         return _region(call, inputs, False)
-    return types.FunctionType(step.__code__.replace(co_name=f"loop_step_{len(_functions())}"),
+    step = types.FunctionType(step.__code__.replace(co_name=f"loop_step_{len(_functions())}"),
                               step.__globals__, None, None, step.__closure__)
+    return torch.compile(step, backend=backend, fullgraph=True, dynamic=False)
 
 
 def eager(fn):
     """``fn`` run outside torch.compile's graph (a graph break where it is
-    called), its steps compiled by ``compiled_step`` with the compile that
-    called it (its backend and options): ``fn`` starts with dynamo off and
-    keeps the compile's frame callback for ``compiled_step`` to turn on
-    around each step."""
+    called), with the backend of the compile that called it at hand for
+    ``compiled_step`` (its frame callback holds it)."""
     @functools.wraps(fn)
     def run(*args):
         outer = set_eval_frame(None)
-        token = _OUTER.set(outer)
+        compiling = getattr(outer, "_torchdynamo_orig_backend", None) is not None
+        token = _BACKEND.set(innermost_backend(outer) if compiling else None)
         try:
             return fn(*args)
         finally:
-            _OUTER.reset(token)
+            _BACKEND.reset(token)
             set_eval_frame(outer)
     run._torchdynamo_disable = True          # dynamo calls it and does not trace it
     skip_code(run.__code__)                  # nor compile its frame
     return run
 
 
-def compiling_steps():
-    """Whether the loop running now was called by torch.compile's code."""
-    return _OUTER.get() is not None
-
-
 def compiled_step(body, lists, args):
     """``body(*lists, *args)`` as one compiled graph, the same for every
     step with the same key (see above), or inline."""
-    lanes, outer = _ACTIVE.get(), _OUTER.get()
-    if lanes is None or _COMPACT.get() is not None:
+    lanes, backend = _ACTIVE.get(), _BACKEND.get()
+    if backend is None or lanes is None or _COMPACT.get() is not None:
         return body(*lists, *args)
     leaves = []
     try:
@@ -293,13 +294,15 @@ def compiled_step(body, lists, args):
     fn = _functions().get(key)
     if fn is None:   # the first step with this key runs eagerly and records its outputs
         outs = _region(call, inputs, True)
-        _functions()[key] = _step_function(call)
+        _functions()[key] = _step_function(call, backend)
+    elif fn is _INLINE:
+        return body(*lists, *args)
     else:
-        set_eval_frame(outer)
         try:
             outs = fn(*inputs)
-        finally:
-            set_eval_frame(None)
+        except torch._dynamo.exc.Unsupported:   # a graph break: this key runs inline
+            _functions()[key] = _INLINE
+            return body(*lists, *args)
     state_spec, records = _specs()[key]
     state = _rebuilt(state_spec, outs, leaves, args)
     appended = [(i, _rebuilt(v, outs, leaves, ()), _rebuilt(m, outs, leaves, ()))
