@@ -1,20 +1,23 @@
 """Which ``for`` bodies run as a function of their own (a step), so that
-torch.compile traces them once (runtime/steps.py).
+torch.compile compiles them once, not every step (runtime/steps.py).
 
 A ``for`` whose body is straight-line code (no branch, loop, jump,
 ``with``, ``try``, nested def, per-example condition or host read such as
-``.item()``: under torch.compile it makes no graph break, which a compiled
-region may not hold) and has no effect outside the iteration other than
-``lst.append(v)`` to lists that it does not otherwise use, is lowered to
+``.item()``: under torch.compile it makes no graph break, which a step
+compiled as one graph may not hold) and has no effect outside the
+iteration other than ``lst.append(v)`` to lists that it does not
+otherwise use, is lowered to
 
-    def loop_step(out, item, cell, c, h):       (the lists it appends to, the
-        x = item                                 item, then the values it reads)
-        ...
-        return (c, h)                            (the variables it sets that are
-    (c, h) = _mb.step_loop(loop_step, xs.unbind(1), desc, limit,
-                           (out,), (cell, c, h), (1, 2))
-                                                 read after it or in its next step,
-                                                 and where they go in the values)
+    def loop_step(out, x, c, cell, h):        (the lists it appends to, the
+        ...                                    item, the values it reads)
+        return (c, h)                          (the variables it sets that are
+                                                read after it or in its next step)
+    (c, h) = _mb.step_loop(loop_step, lambda: xs.unbind(1), desc, limit,
+                           (out,), (c, cell, h), (0, 2))
+
+(``(0, 2)``: where what it returns goes among the values for the next
+step).  A target that is not a plain name is bound from a parameter
+``item`` first.  runtime/loops.py's ``step_loop`` runs it.
 
 ``step_loops(fdef)`` picks the loops, on the function as written (before
 any pass); ``lift`` lowers one, in the loops pass (loops.py).

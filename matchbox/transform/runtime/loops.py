@@ -204,12 +204,12 @@ def step_loop(owner, body, iterable, description, max_iterations, lists, args, b
 
 def _loop(owner, body, iterable, description, max_iterations, lists, args, back,
           compiled=False):
-    args = list(args)
+    args, seen = list(args), set()
     with for_loop(owner, iterable(), None, description, max_iterations,
                   masked=True if compiled else None) as loop:
         for item in loop:
             step = (item,) + tuple(args)
-            state = compiled_step(body, lists, step) if compiled else body(*lists, *step)
+            state = compiled_step(body, lists, step, seen) if compiled else body(*lists, *step)
             for i, value in zip(back, state):
                 args[i] = value
     return tuple(args[i] for i in back)

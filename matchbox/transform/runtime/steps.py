@@ -1,42 +1,48 @@
-"""One iteration of a ``for`` loop as a region that torch.compile traces
-once and reuses for every step (``torch.compiler.nested_compile_region``).
+"""One iteration of a ``for`` loop as one graph that torch.compile
+compiles once and runs for every step.
 
 A loop whose body is straight-line code (transform/steps.py says which)
 is lowered with its body as a function of the values it reads, returning
-the variables it sets:
+the variables it sets, and run by ``step_loop`` (loops.py):
 
-    def loop_step(out, item, cell, h, c):       with _mb.for_loop(...) as loop:
-        x = item                                    for item in loop:
-        ...                                             h, c = loop.step(loop_step, (out,), item, cell, h, c)
-        return h, c
+    def loop_step(out, x, c, cell, h):
+        ...
+        return (c, h)
+    (c, h) = _mb.step_loop(loop_step, lambda: xs.unbind(1), desc, limit,
+                           (out,), (c, cell, h), (0, 2))
 
-Eagerly ``loop.step`` just calls it.  Compiled, dynamo would otherwise
+Eagerly ``step_loop`` just calls it.  Compiled, dynamo would otherwise
 trace and unroll the body at every step (the BiLSTM tagger's loss took
-11 to 14 minutes to compile).  Instead ``compiled_step`` calls the body
-through one region: the lanes and the arguments go in as Tensors (a
-MaskedBatch as its data and masks), the region rebuilds them, runs the
-body under those lanes and returns the Tensors of what it returns.
-Calls whose arguments have the same structure, shapes and modules share
-one key (``reuse_hash_fn``), so dynamo traces the body once and stamps
-out the same subgraph for every later step; AOTAutograd and inductor
-compile it once.  The region keeps no Python effect: the lists the body
-appends to are stand-ins (``_Appends``) that record what it appended, and
-the appends are made after the call, outside the region; the lanes and
-the other per-thread state it sets are reset before it returns.  What the
-region returned is put back together from the structure that its first
-trace recorded (``_specs``), the same for every call with that key.
-Values the body passes through unchanged come back as the caller's own
-objects.
+11 to 14 minutes to compile at the paper's size).  Instead a loop over
+per-example steps runs outside the graph (``eager``: a graph break), and
+``compiled_step`` runs each step as one graph: the lanes and the
+arguments go in as Tensors (a MaskedBatch as its data and masks), the
+graph rebuilds them, runs the body under those lanes and returns the
+Tensors of what it returns.  Steps whose arguments have the same
+structure, shapes and modules share one key and one compiled function
+(with the backend of the compile that runs the loop, ``fullgraph``), so
+the body is compiled once for all of them.  The first step of a key in a
+loop runs eagerly and records how to put what it returned back together
+(``_specs``), the next compile; the compiled function records nothing (a Python effect
+there would be guarded on).  The lists the body appends to are stand-ins
+(``_Appends``) that record what it appended, and the appends are made
+after the call; the lanes and the other per-thread state it sets are
+reset before it returns.  Values the body passes through unchanged come
+back as the caller's own objects.
 
-Anything the region cannot take (a list, a dict, an object, every lane
-active, a loop inside a compaction) runs the body inline, as before.
+Anything a graph cannot take (a list, a dict, an object, an int that
+changes every step, every lane active, a loop inside a compaction, a
+body that does not compile to one graph) runs the body inline, eagerly.
 """
 import functools
 import types
 
 import torch
-from torch._C._dynamo.eval_frame import set_eval_frame
-from torch._dynamo.eval_frame import innermost_backend, skip_code
+try:   # dynamo's frame hooks (torch 2.13); without them a loop runs eagerly
+    from torch._C._dynamo.eval_frame import set_eval_frame
+    from torch._dynamo.eval_frame import innermost_backend, skip_code
+except ImportError:   # pragma: no cover
+    set_eval_frame = None
 
 from ..._lanes import _ACTIVE, _COMPACT, _Slot
 from ...core import MaskedBatch
@@ -262,6 +268,8 @@ def eager(fn):
     """``fn`` run outside torch.compile's graph (a graph break where it is
     called), with the backend of the compile that called it at hand for
     ``compiled_step`` (its frame callback holds it)."""
+    if set_eval_frame is None:   # pragma: no cover
+        return torch.compiler.disable(fn)
     @functools.wraps(fn)
     def run(*args):
         outer = set_eval_frame(None)
@@ -277,9 +285,12 @@ def eager(fn):
     return run
 
 
-def compiled_step(body, lists, args):
+def compiled_step(body, lists, args, seen):
     """``body(*lists, *args)`` as one compiled graph, the same for every
-    step with the same key (see above), or inline."""
+    step with the same key (see above), or inline.  ``seen``: the keys of
+    the loop's steps so far; a key compiles at its second step in a loop
+    (a first step's own key, as when the state starts as zeros that need
+    no gradient, is not worth a compile)."""
     lanes, backend = _ACTIVE.get(), _BACKEND.get()
     if backend is None or lanes is None or _COMPACT.get() is not None:
         return body(*lists, *args)
@@ -292,9 +303,11 @@ def compiled_step(body, lists, args):
     inputs, index = _distinct(leaves)
     call = (key, body, len(lists), spec, index)
     fn = _functions().get(key)
-    if fn is None:   # the first step with this key runs eagerly and records its outputs
+    if fn is None and key in seen:
+        fn = _functions()[key] = _step_function(call, backend)
+    seen.add(key)
+    if fn is None:   # eagerly, recording how to rebuild what it returns
         outs = _region(call, inputs, True)
-        _functions()[key] = _step_function(call, backend)
     elif fn is _INLINE:
         return body(*lists, *args)
     else:
