@@ -38,9 +38,8 @@ import functools
 import types
 
 import torch
-try:   # dynamo's frame hooks (torch 2.13); without them a loop runs eagerly
+try:   # dynamo's frame hook; without it a loop runs eagerly, compiled
     from torch._C._dynamo.eval_frame import set_eval_frame
-    from torch._dynamo.eval_frame import innermost_backend, skip_code
 except ImportError:   # pragma: no cover
     set_eval_frame = None
 
@@ -267,21 +266,29 @@ def _step_function(call, backend):
 def eager(fn):
     """``fn`` run outside torch.compile's graph (a graph break where it is
     called), with the backend of the compile that called it at hand for
-    ``compiled_step`` (its frame callback holds it)."""
+    ``compiled_step`` (the compile's frame callback holds it).  Nothing
+    from torch._dynamo is imported before a compile has (importing it
+    changes torch.manual_seed)."""
     if set_eval_frame is None:   # pragma: no cover
         return torch.compiler.disable(fn)
+
     @functools.wraps(fn)
     def run(*args):
+        if torch.compiler.is_compiling():   # dynamo converting this frame: run it as it is
+            from torch._dynamo import skip_frame
+            skip_frame()
         outer = set_eval_frame(None)
-        compiling = getattr(outer, "_torchdynamo_orig_backend", None) is not None
-        token = _BACKEND.set(innermost_backend(outer) if compiling else None)
+        backend = None
+        if getattr(outer, "_torchdynamo_orig_backend", None) is not None:
+            from torch._dynamo.eval_frame import innermost_backend
+            backend = innermost_backend(outer)
+        token = _BACKEND.set(backend)
         try:
             return fn(*args)
         finally:
             _BACKEND.reset(token)
             set_eval_frame(outer)
-    run._torchdynamo_disable = True          # dynamo calls it and does not trace it
-    skip_code(run.__code__)                  # nor compile its frame
+    run._torchdynamo_disable = True   # traced, a call of it is a graph break
     return run
 
 
