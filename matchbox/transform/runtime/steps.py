@@ -320,7 +320,8 @@ def compiled_step(body, lists, args, seen):
     else:
         try:
             outs = fn(*inputs)
-        except torch._dynamo.exc.Unsupported:   # a graph break: this key runs inline
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.FailOnRecompileLimitHit):
+            # a graph break, or a recompile too many: this key runs inline
             _functions()[key] = _INLINE
             return body(*lists, *args)
     state_spec, records = _specs()[key]
