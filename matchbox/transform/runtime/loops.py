@@ -209,7 +209,8 @@ def _loop(owner, body, iterable, description, max_iterations, lists, args, back,
                   masked=True if compiled else None) as loop:
         for item in loop:
             step = (item,) + tuple(args)
-            state = compiled_step(body, lists, step, seen) if compiled else body(*lists, *step)
+            state = compiled_step(body, lists, step, seen, back) if compiled \
+                else body(*lists, *step)
             for i, value in zip(back, state):
                 args[i] = value
     return tuple(args[i] for i in back)

@@ -45,6 +45,7 @@ except ImportError:   # pragma: no cover
 
 from ..._lanes import _ACTIVE, _COMPACT, _Slot
 from ...core import MaskedBatch
+from . import step_rows
 from .lists import _STEP, _append_owned
 from .values import Undefined
 
@@ -58,6 +59,7 @@ _FUNCTIONS = _Slot()
 
 
 _INLINE = object()   # a key whose step does not compile to one graph
+_MASKED = object()   # a key whose values cannot be put back among the rows
 
 
 class _NotFlat(Exception):
@@ -75,16 +77,20 @@ class _Appends:
         self.records.append((value, _ACTIVE.get()))
 
 
-def _flatten(x, leaves):
+def _flatten(x, leaves, batched=None):
     """The structure of ``x`` as Python constants, its Tensors appended to
-    ``leaves`` (a module is passed as it is)."""
+    ``leaves`` (a module is passed as it is); ``batched``: a list that
+    gets the positions of the leaves with a row per example."""
     t = type(x)
     if t is MaskedBatch:
         if getattr(x, "_listed", None) is not None or getattr(x, "_kept", None) is not None:
             raise _NotFlat   # a list's item, a compacted value: more than its tensors
         sizes = tuple(sorted(x._sizes)) if x._sizes else None
         parts = [x.padded_data, x._mask, x._present] + [x._sizes[k] for k in sizes or ()]
-        leaves.extend(p for p in parts if p is not None)
+        parts = [p for p in parts if p is not None]
+        if batched is not None:
+            batched.extend(range(len(leaves), len(leaves) + len(parts)))
+        leaves.extend(parts)
         return ("mb", x.dims, x._bdim, x._mask is not None, x._present is not None, sizes)
     if isinstance(x, torch.Tensor):
         leaves.append(x)
@@ -94,7 +100,7 @@ def _flatten(x, leaves):
     if x is None or t in (bool, float, str):
         return ("c", x)
     if t is tuple:
-        return ("tuple",) + tuple(_flatten(v, leaves) for v in x)
+        return ("tuple",) + tuple(_flatten(v, leaves, batched) for v in x)
     if t is Undefined:
         return ("undef", x.name)
     if isinstance(x, torch.nn.Module):
@@ -122,18 +128,20 @@ def _unflatten(spec, leaves):
     return Undefined(spec[1])
 
 
-def _key(body, spec, leaves):
+def _key(body, spec, leaves, rows=()):
     """The region's reuse key: calls with equal keys run the same graph.
     The body counts by its code (it reads no closure variable but the
     runtime: the rewrite passes the others as arguments), modules by
-    identity, Tensors by their metadata and aliasing."""
+    identity, Tensors by their metadata and aliasing (``rows``: the
+    positions of the leaves whose number of rows does not count)."""
     meta = []
     for i, x in enumerate(leaves):
         if isinstance(x, torch.nn.Module):
             meta.append(("module", id(x), x.training))
         else:
             same = next((j for j in range(i) if leaves[j] is x), None)
-            meta.append((tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad, same))
+            shape = (None,) + tuple(x.shape[1:]) if i in rows else tuple(x.shape)
+            meta.append((shape, x.stride(), x.dtype, x.device, x.requires_grad, same))
     return (body.__code__, spec, tuple(meta), torch.is_grad_enabled())
 
 
@@ -252,15 +260,16 @@ def _region(call, inputs, record):
     return tuple(out)
 
 
-def _step_function(call, backend):
+def _step_function(call, backend, rows):
     """``_region(call, ...)`` compiled with ``backend`` as one graph, under
     a code object of its own: dynamo keeps its compiled graphs per code
-    object, so no key recompiles another's."""
+    object, so no key recompiles another's.  ``rows``: whether the inputs
+    are live rows (their number dynamic)."""
     def step(*inputs):
         return _region(call, inputs, False)
     step = types.FunctionType(step.__code__.replace(co_name=f"loop_step_{len(_functions())}"),
                               step.__globals__, None, None, step.__closure__)
-    return torch.compile(step, backend=backend, fullgraph=True, dynamic=False)
+    return torch.compile(step, backend=backend, fullgraph=True, dynamic=None if rows else False)
 
 
 def eager(fn):
@@ -292,32 +301,48 @@ def eager(fn):
     return run
 
 
-def compiled_step(body, lists, args, seen):
+def compiled_step(body, lists, args, seen, back, live=True):
     """``body(*lists, *args)`` as one compiled graph, the same for every
-    step with the same key (see above), or inline.  ``seen``: the keys of
-    the loop's steps so far; a key compiles at its second step in a loop
-    (a first step's own key, as when the state starts as zeros that need
-    no gradient, is not worth a compile)."""
+    step with the same key (see above), or inline; on the live rows only
+    where the values it sets can be put back (step_rows.py; ``back``: the
+    positions among ``args[1:]`` of the values it returns).  ``seen``: the
+    keys of the loop's steps so far; a key compiles at its second step in
+    a loop (a first step's own key, as when the state starts as zeros that
+    need no gradient, is not worth a compile).  ``live=False``: every
+    lane, masked."""
     lanes, backend = _ACTIVE.get(), _BACKEND.get()
     if backend is None or lanes is None or _COMPACT.get() is not None:
         return body(*lists, *args)
-    leaves = []
+    rows = lanes.nonzero().flatten() if live and lanes.dim() == 1 else None
+    if rows is not None and rows.numel() == 0:
+        return tuple(args[1 + k] for k in back)
     try:
-        spec = _flatten((lanes,) + args, leaves)
+        step_args = args if rows is None else step_rows.take(args, rows)
+    except step_rows.NoRows:
+        rows, step_args = None, args
+    leaves, batched = [], []
+    try:
+        spec = _flatten((None if rows is not None else lanes,) + step_args, leaves, batched)
     except _NotFlat:
         return body(*lists, *args)
-    key = _key(body, spec, leaves)
+    # (a step compiles with the backend of the compile that runs it)
+    key = (id(backend), _key(body, spec, leaves, set(batched) if rows is not None else ()))
+    fn = _functions().get(key)
+    if fn is _MASKED:   # its values cannot be put back: all lanes, masked
+        return compiled_step(body, lists, args, seen, back, live=False)
     inputs, index = _distinct(leaves)
     call = (key, body, len(lists), spec, index)
-    fn = _functions().get(key)
     if fn is None and key in seen:
-        fn = _functions()[key] = _step_function(call, backend)
+        fn = _functions()[key] = _step_function(call, backend, rows is not None)
     seen.add(key)
     if fn is None:   # eagerly, recording how to rebuild what it returns
         outs = _region(call, inputs, True)
     elif fn is _INLINE:
         return body(*lists, *args)
     else:
+        if rows is not None:
+            for i in batched:
+                torch._dynamo.maybe_mark_dynamic(inputs[index[i]], 0)
         try:
             outs = fn(*inputs)
         except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.FailOnRecompileLimitHit):
@@ -328,6 +353,14 @@ def compiled_step(body, lists, args, seen):
     state = _rebuilt(state_spec, outs, leaves, args)
     appended = [(i, _rebuilt(v, outs, leaves, ()), _rebuilt(m, outs, leaves, ()))
                 for i, v, m in records]
+    if rows is not None:
+        try:
+            state = tuple(step_rows.put(args[1 + k], v, rows) for k, v in zip(back, state))
+        except step_rows.NoRows:
+            _functions()[key] = _MASKED
+            return compiled_step(body, lists, args, seen, back, live=False)
+        appended = [(i, step_rows.spread(v, rows, lanes.numel()), lanes)
+                    for i, v, _ in appended]
     for i, value, on in appended:   # the appends, in the lanes that made them
         token = _ACTIVE.set(on)
         try:
@@ -335,3 +368,4 @@ def compiled_step(body, lists, args, seen):
         finally:
             _ACTIVE.reset(token)
     return state
+
