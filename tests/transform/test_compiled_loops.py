@@ -36,6 +36,17 @@ def _run_enumerate(cell, xs):
     return torch.stack(out, 1), h
 
 
+def _run_last(cell, xs):
+    """The last state and each example's own last step, doubled: ``last``
+    has no value before the loop, so a compiled step cannot put its live
+    rows back among the others and runs masked."""
+    h = xs.new_zeros(1, cell.hidden_size)
+    for x in xs.unbind(1):
+        h = cell(x, h)
+        last = x * 2
+    return h, last
+
+
 def _counting(ops):
     """``aot_eager``, counting the ops of every graph dynamo compiles."""
     aot_eager = torch._dynamo.lookup_backend("aot_eager")
@@ -59,7 +70,8 @@ def _grads(outputs, inputs):
 
 @pytest.mark.parametrize("lengths", LENGTHS.values(), ids=LENGTHS.keys())
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-@pytest.mark.parametrize("run", [_run, _run_enumerate], ids=["plain", "enumerate"])
+@pytest.mark.parametrize("run", [_run, _run_enumerate, _run_last],
+                         ids=["plain", "enumerate", "masked"])
 def test_step_loop_matches_per_example(run, lengths, compiled):
     """The batched loop, eager and compiled (twice: the first call of a
     step's shapes runs eagerly, the next ones compiled), gives each
