@@ -28,7 +28,7 @@ entries of active lanes.
 import torch
 
 from .. import _lanes
-from ..core import derived, mask_from_lengths, squeezed
+from ..core import derived, mask_from_lengths, squeezed, uncut
 from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb,
                         lengths_presence, new,
                         norm_dim, real_mask, register_distinct, with_lanes)
@@ -72,47 +72,110 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     ``index`` is a long ``(B, K)`` with ``K = prod(shape)``; ``idx_mask``
     a bool mask broadcastable to ``(B,) + shape`` marking real index
     entries (None: all real); ``idx_dims`` the dynamic flags of ``shape``.
+
+    Only the real index entries of active lanes are checked.  The others
+    gather some entry of their own example, and the result is 0 there (as
+    in examples that hold no value), so they take no gradient.  The bounds
+    are kept on ``x``'s mask (``_limits``): indexing the same batch again
+    costs a clamp, a check and the gather.
     """
-    B = x.padded_data.size(0)
-    length = x._lengths(p)[:, None]
-    every = _every_row_real(x, p, length)  # then the result needs no mask
-    orig = index
-    if negative:
-        index = torch.where(index < 0, index + length, index)
+    B = x._data.size(0)
     im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
-    present = _lanes.active_lanes() if every else lanes_present(x)
-    index, keep = _in_range(index, length, present, im, op, p, shown=orig)
-    data = gather_line(x.padded_data, p, index)
-    if keep is not None:
-        keep = keep.expand_as(index).reshape(
-            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.padded_data.dim() - p - 1))
-        data = torch.where(keep, data, torch.zeros((), dtype=data.dtype, device=data.device))
+    index, zero = _checked(x, p, index, op, im, negative)
+    data = gather_line(uncut(x), p, index)
+    if zero is not None:
+        data = data.masked_fill(zero.expand_as(index).reshape(
+            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (data.dim() - p - 1)), 0)
     data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
     mask = x._mask
-    if mask is not None:
-        if every:
-            mask = None
-        elif x.dims[p - 1]:  # (B, n): the examples with an entry (faster than a bool any)
-            mask = length > 0 if mask.shape == (B, x._data.size(p)) else mask.any(p, keepdim=True)
+    if mask is not None and x.dims[p - 1]:  # the examples with an entry, or None: all
+        mask = derived(mask, ("rows", p), _rows_of, p) if x._present is None else \
+            mask.any(p, keepdim=True)
     if mask is not None:
         mask = mask.reshape(mask.shape[:p] + (1,) * len(shape) + mask.shape[p + 1:])
     if idx_mask is not None:
         im = idx_mask.reshape((B,) + (1,) * (p - 1) + tuple(idx_mask.shape[1:])
-                              + (1,) * (x.padded_data.dim() - p - 1))
+                              + (1,) * (x._data.dim() - p - 1))
         mask = im if mask is None else mask & im
     return new(data, canon_mask(mask, data.shape, dims), dims)
 
 
-def _every_row_real(x, p, length):
-    """Whether every example of ``x`` (with a ``(B, n)`` mask, ``n`` along
-    dynamic dim ``p``) has an entry (``length`` > 0): read on the host once
-    per mask, on CPU only; then indexing along ``p`` gives a value in every
-    lane, which needs no mask."""
-    m = x._mask
-    return m is not None and x._present is None and x.dims[p - 1] and m.device.type == "cpu" \
-        and not torch.compiler.is_compiling() and m.shape == (x._data.size(0), x._data.size(p)) \
-        and derived(m, ("every row real", p), lambda m: bool((length > 0).all()))
+def _checked(x, p, index, op, im=None, negative=True):
+    """``index`` (long ``(B, K)``) into dim ``p`` of ``x``, checked and
+    wrapped: raises IndexError for an entry out of range that is real
+    (``im``: a bool ``(B, K)``, or None: all) in an active lane of an
+    example that holds a value; negative entries count from each example's
+    end (with ``negative``); the unchecked ones land somewhere in their
+    example.  Returns the index and the bool ``(B, 1)`` or ``(B, K)`` of
+    the unchecked entries (None: none), whose results must be 0."""
+    lo, hi, size, absent = _limits(x, p, negative)
+    check = with_lanes(im, 2)
+    inside = index.clamp(lo, hi)
+    if check is not None:
+        inside = torch.where(check, inside, index)
+    if not (index.is_cpu and not torch.compiler.is_compiling() and torch.equal(inside, index)):
+        fail_if(inside != index, lambda k: IndexError(
+            f"{op}: index {int(index[k])} is out of range for dimension {p} of example {k[0]}, "
+            f"which has size {int(x._lengths(p)[k[0]])}"),
+            f"{op}: an index is out of range for dimension {p}")
+    zero = absent
+    lanes = _lanes.active_lanes()
+    if lanes is not None:
+        dormant = derived(lanes, ("dormant column",), _dormant)
+        zero = dormant if zero is None else zero | dormant
+    if im is not None:
+        zero = ~im if zero is None else zero | ~im
+    return index.remainder(size), zero
+
+
+_LONG = torch.iinfo(torch.long)
+
+
+def _limits(x, p, negative):
+    """``(lo, hi, size, absent)`` for indexing ``x`` along ``p``: the range
+    a (checked) index must lie in, each example's size to wrap indices by
+    (at least 1), and the examples that hold no value (``(B, 1)``, or None),
+    whose indices are never out of range.  ``(B, 1)`` Tensors, or ints when
+    ``x`` has no mask; kept on the mask while it is unchanged."""
+    n = x._data.size(p)
+    if x._present is not None or x._sizes is not None:  # some example is empty: not kept
+        present = lanes_present(x, False)
+        return _bounds(x._lengths(p)[:, None], None if present is None else present[:, None],
+                       negative)
+    if x._mask is None:
+        return -n if negative else 0, n - 1, max(n, 1), None
+    return derived(x._mask, ("limits", p, n, negative), _mask_limits, p, n, negative)
+
+
+def _mask_limits(mask, p, n, negative):
+    B, m = mask.size(0), mask.size(p)
+    rows = mask.movedim(p, 1).reshape(B, m, -1).any(2)                   # (B, m)
+    length = rows.sum(1, keepdim=True) if m > 1 else rows.long() * n  # static p: n or 0
+    return _bounds(length, length > 0, negative)
+
+
+def _bounds(length, rows, negative):
+    if rows is not None and rows.is_cpu and not torch.compiler.is_compiling() and bool(rows.all()):
+        rows = None
+    lo = -length if negative else torch.zeros_like(length)
+    hi = length - 1
+    if rows is not None:  # any index of an example with no value is fine
+        lo, hi = torch.where(rows, lo, _LONG.min), torch.where(rows, hi, _LONG.max)
+    return lo, hi, length.clamp(min=1), None if rows is None else ~rows
+
+
+def _dormant(lanes):
+    return ~lanes.view(-1, 1)
+
+
+def _rows_of(mask, p):
+    """Which examples have an entry along dim ``p`` of ``mask`` (keepdim),
+    or None where all do (read on the host, on CPU eagerly)."""
+    rows = mask.any(p, keepdim=True)
+    if rows.is_cpu and not torch.compiler.is_compiling() and bool(rows.all()):
+        return None
+    return rows
 
 
 def _per_example_index(x, p, idx, op, negative=True):
@@ -276,7 +339,7 @@ def getitem(x, index):
     if type(index) is tuple and len(index) == 2 and type(index[1]) is int \
             and index[0] == slice(None) and x._data.dim() > 1:  # the common x[:, i]
         return _int_index(x, 1, index[1], op)
-    items = _items(index, x.padded_data.dim())
+    items = _items(index, x._data.dim())
     p = 0
     for it in items:
         if p == 0:
