@@ -413,7 +413,46 @@ def setitem(x, index, value):
             "assigning per-example values (a MaskedBatch) into a plain Tensor would write every "
             "example into the same shared Tensor; make the target a MaskedBatch, e.g. "
             "out = x.batch_zeros(...), then out[:, i] = v")
-    x.padded_data = put(x, index, value, "x[...] = v")
+    data = _put_at(x, index, value)
+    x.padded_data = put(x, index, value, "x[...] = v") if data is None else data
+
+
+def _put_at(x, index, value):
+    """``x[:, i] = value`` with one int ``i`` per example along dim 1 and a
+    number or a batch whose dims are static (``stack[:, sp] = bp``): one
+    ``scatter`` of the checked index; the lanes that do not write (dormant,
+    or holding no value or no real ``value``) scatter their old entry.  None
+    where it does not apply (``put`` then does it)."""
+    i = index[1] if type(index) is tuple and len(index) == 2 and index[0] == slice(None) else None
+    if not (is_mb(i) and not i.dims and i._mask is None and i._bdim == 0 and i._present is None
+            and not i.dtype.is_floating_point and i.dtype != torch.bool) \
+            or x._present is not None or x._sizes is not None or x._data.dim() < 2 \
+            or x._mask is not None and x._mask.shape[2:].numel() != 1:
+        return None
+    d = x.padded_data
+    B, rest = d.size(0), d.shape[2:]
+    shape = (B, 1) + tuple(rest)
+    if is_mb(value):
+        if value._bdim != 0 or value._present is not None or any(value.dims) \
+                or value.dim() > len(shape):
+            return None
+        v = value.padded_data
+        v = v.reshape((B,) + (1,) * (len(shape) - value.dim()) + v.shape[1:])
+        if torch.broadcast_shapes(v.shape, shape) != shape:
+            return None
+        v = v.to(d.dtype).expand(shape)
+    elif type(value) in (bool, int, float):
+        v = value
+    else:
+        return None
+    wrapped, zero = _checked(x, 1, i._data.long().view(B, 1), "x[...] = v")
+    if is_mb(value) and value._mask is not None:
+        unreal = ~value._mask.view(B, 1)
+        zero = unreal if zero is None else zero | unreal
+    wrapped = wrapped.view((B, 1) + (1,) * len(rest)).expand(shape)
+    if zero is not None:  # these lanes write their old entry back
+        v = torch.where(zero.view((B, 1) + (1,) * len(rest)), d.gather(1, wrapped), v)
+    return d.scatter(1, wrapped, v)
 
 
 def put(x, index, value, op, accumulate=False, place=None):
