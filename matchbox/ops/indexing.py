@@ -28,7 +28,7 @@ entries of active lanes.
 import torch
 
 from .. import _lanes
-from ..core import derived, mask_from_lengths, squeezed, uncut
+from ..core import MaskedBatch, derived, mask_from_lengths, squeezed, uncut
 from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb,
                         lengths_presence, new,
                         norm_dim, real_mask, register_distinct, with_lanes)
@@ -81,7 +81,7 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     """
     B = x._data.size(0)
     im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
-    index, zero = _checked(x, p, index, op, im, negative)
+    index, zero, whole = _checked(x, p, index, op, im, negative)
     data = gather_line(uncut(x), p, index)
     if zero is not None:
         data = data.masked_fill(zero.expand_as(index).reshape(
@@ -89,9 +89,9 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
     mask = x._mask
-    if mask is not None and x.dims[p - 1]:  # the examples with an entry, or None: all
-        mask = derived(mask, ("rows", p), _rows_of, p) if x._present is None else \
-            mask.any(p, keepdim=True)
+    if mask is not None and x.dims[p - 1]:  # the entries left, or None: all are real
+        mask = None if whole and x._present is None and mask.shape[1:].numel() == mask.size(p) \
+            else mask.any(p, keepdim=True)
     if mask is not None:
         mask = mask.reshape(mask.shape[:p] + (1,) * len(shape) + mask.shape[p + 1:])
     if idx_mask is not None:
@@ -101,14 +101,33 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     return new(data, canon_mask(mask, data.shape, dims), dims)
 
 
+_INTS = (torch.long, torch.int, torch.int16, torch.int8)
+
+
+def _take_one(x, i, op):
+    """``x[:, i]`` with one int per example (``i``: ``(B,)``), as ``take``
+    gives it with its Python overhead cut: ``(B, 1, ...)``."""
+    B = i.size(0)
+    index, zero, whole = _checked(x, 1, i.view(B, 1), op)
+    data = gather_line(uncut(x), 1, index)
+    if zero is not None:
+        data = data.masked_fill(zero.view((B, 1) + (1,) * (data.dim() - 2)), 0)
+    mask = x._mask
+    if mask is not None and x.dims[0]:  # the entries left, or None: all are real
+        mask = None if whole and x._present is None and mask.shape[1:].numel() == mask.size(1) \
+            else mask.any(1, keepdim=True)
+    return new(data, mask, (False,) + x.dims[1:])
+
+
 def _checked(x, p, index, op, im=None, negative=True):
     """``index`` (long ``(B, K)``) into dim ``p`` of ``x``, checked and
     wrapped: raises IndexError for an entry out of range that is real
     (``im``: a bool ``(B, K)``, or None: all) in an active lane of an
     example that holds a value; negative entries count from each example's
     end (with ``negative``); the unchecked ones land somewhere in their
-    example.  Returns the index and the bool ``(B, 1)`` or ``(B, K)`` of
-    the unchecked entries (None: none), whose results must be 0."""
+    example.  Returns the index, the bool ``(B, 1)`` or ``(B, K)`` of the
+    unchecked entries (None: none), whose results must be 0, and whether
+    every example holds a value."""
     lo, hi, size, absent = _limits(x, p, negative)
     check = with_lanes(im, 2)
     inside = index.clamp(lo, hi)
@@ -126,7 +145,7 @@ def _checked(x, p, index, op, im=None, negative=True):
         zero = dormant if zero is None else zero | dormant
     if im is not None:
         zero = ~im if zero is None else zero | ~im
-    return index.remainder(size), zero
+    return index.remainder(size), zero, absent is None
 
 
 _LONG = torch.iinfo(torch.long)
@@ -135,9 +154,10 @@ _LONG = torch.iinfo(torch.long)
 def _limits(x, p, negative):
     """``(lo, hi, size, absent)`` for indexing ``x`` along ``p``: the range
     a (checked) index must lie in, each example's size to wrap indices by
-    (at least 1), and the examples that hold no value (``(B, 1)``, or None),
-    whose indices are never out of range.  ``(B, 1)`` Tensors, or ints when
-    ``x`` has no mask; kept on the mask while it is unchanged."""
+    (at least 1), and the examples that hold no value (``(B, 1)``, or None:
+    every example holds one), whose indices are never out of range.
+    ``(B, 1)`` Tensors, or ints when ``x`` has no mask; kept on the mask
+    while it is unchanged (masks are shared by the values of a batch)."""
     n = x._data.size(p)
     if x._present is not None or x._sizes is not None:  # some example is empty: not kept
         present = lanes_present(x, False)
@@ -150,32 +170,31 @@ def _limits(x, p, negative):
 
 def _mask_limits(mask, p, n, negative):
     B, m = mask.size(0), mask.size(p)
-    rows = mask.movedim(p, 1).reshape(B, m, -1).any(2)                   # (B, m)
-    length = rows.sum(1, keepdim=True) if m > 1 else rows.long() * n  # static p: n or 0
-    return _bounds(length, length > 0, negative)
+    if m == 1:  # a static dim: n entries where the example holds a value
+        return _bounds(mask.reshape(B, -1).any(1, keepdim=True).long() * n, None, negative)
+    # entries along p: (B, m), a view where the mask has no other dims
+    rows = mask.reshape(B, m) if mask.shape[1:].numel() == m else \
+        mask.movedim(p, 1).reshape(B, m, -1).any(2)
+    return _bounds(rows.sum(1, keepdim=True), None, negative)
 
 
-def _bounds(length, rows, negative):
-    if rows is not None and rows.is_cpu and not torch.compiler.is_compiling() and bool(rows.all()):
-        rows = None
-    lo = -length if negative else torch.zeros_like(length)
-    hi = length - 1
-    if rows is not None:  # any index of an example with no value is fine
-        lo, hi = torch.where(rows, lo, _LONG.min), torch.where(rows, hi, _LONG.max)
-    return lo, hi, length.clamp(min=1), None if rows is None else ~rows
+def _bounds(length, present, negative):
+    """The limits of ``_limits`` from each example's ``length`` ``(B, 1)``
+    and which examples hold a value (``present``; None: those with an
+    entry).  When all do (read on the host, on CPU eagerly), the bounds
+    are each example's own and no example is absent."""
+    eager = length.is_cpu and not torch.compiler.is_compiling()
+    rows = length > 0 if present is None else present
+    if eager and bool(rows.all()):
+        lo = -length if negative else torch.zeros_like(length)
+        return lo, length - 1, length if present is None else length.clamp(min=1), None
+    lo = torch.where(rows, -length if negative else 0, _LONG.min)  # any index is fine there
+    hi = torch.where(rows, length - 1, _LONG.max)
+    return lo, hi, length.clamp(min=1), ~rows
 
 
 def _dormant(lanes):
     return ~lanes.view(-1, 1)
-
-
-def _rows_of(mask, p):
-    """Which examples have an entry along dim ``p`` of ``mask`` (keepdim),
-    or None where all do (read on the host, on CPU eagerly)."""
-    rows = mask.any(p, keepdim=True)
-    if rows.is_cpu and not torch.compiler.is_compiling() and bool(rows.all()):
-        return None
-    return rows
 
 
 def _per_example_index(x, p, idx, op, negative=True):
@@ -336,9 +355,13 @@ def getitem(x, index):
     if not is_mb(x):
         return _index_shared_tensor(x, index)
     op = "x[...]"
-    if type(index) is tuple and len(index) == 2 and type(index[1]) is int \
-            and index[0] == slice(None) and x._data.dim() > 1:  # the common x[:, i]
-        return _int_index(x, 1, index[1], op)
+    if type(index) is tuple and len(index) == 2 and index[0] == slice(None) and x._data.dim() > 1:
+        i = index[1]  # the common x[:, i]: an int, or one int per example
+        if type(i) is int:
+            return _int_index(x, 1, i, op)
+        if type(i) is MaskedBatch and not i.dims and i._mask is None and i._bdim == 0 \
+                and i._present is None and i.dtype in _INTS:
+            return _take_one(x, i._data.long(), op)
     items = _items(index, x._data.dim())
     p = 0
     for it in items:
@@ -445,7 +468,7 @@ def _put_at(x, index, value):
         v = value
     else:
         return None
-    wrapped, zero = _checked(x, 1, i._data.long().view(B, 1), "x[...] = v")
+    wrapped, zero, _ = _checked(x, 1, i._data.long().view(B, 1), "x[...] = v")
     if is_mb(value) and value._mask is not None:
         unreal = ~value._mask.view(B, 1)
         zero = unreal if zero is None else zero | unreal

@@ -259,6 +259,24 @@ def test_index_leaves_the_read_cut_pending():
         r[:, MaskedBatch(torch.tensor([0, 3]), None, ())]
         assert r._cut is active
 
+
+def test_one_index_per_example_and_what_takes_the_general_path():
+    """x[:, i] with one int per example (data (B,)) takes a short path; an
+    index whose examples may hold no value, or of another dtype, the
+    general one (the results are the per-example ones either way)."""
+    x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (2, 4, 3)], (True, False))
+    for dtype in (torch.long, torch.int32):
+        i = MaskedBatch(torch.tensor([1, -4, 0], dtype=dtype), None, ())
+        y = x[:, i]
+        assert y._mask is None and y.dims == (False, False)
+        assert all(torch.equal(e, xe[:, [k]]) for e, xe, k in zip(y.examples(), x.examples(), (1, -4, 0)))
+    some = MaskedBatch(torch.tensor([1, 99, 0]), torch.tensor([True, False, True]), ())
+    y = x[:, some]  # example 1 has no index: no value, no check
+    assert y.mask.reshape(-1).tolist() == [True, False, True]
+    with pytest.raises(IndexError, match="integers"):
+        x[:, MaskedBatch(torch.tensor([1.0, 0.0, 0.0]), None, ())]
+    assert x.squeeze(2) is not x  # nothing to squeeze: a new batch all the same
+
 ERRORS = [
     (lambda x: x[1:], IndexError, "batch-of-one"),
     (lambda x: x[:, ::-1], ValueError, "flip"),
