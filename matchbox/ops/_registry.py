@@ -424,8 +424,18 @@ def _one_layout(args):
 def _broadcast_shape(datas):
     shapes = [d.shape for d in datas if isinstance(d, torch.Tensor)]
     if all(s == shapes[0] for s in shapes):
-        return shapes[0]  # torch.broadcast_shapes is slow pure Python
-    return torch.broadcast_shapes(*shapes)
+        return shapes[0]
+    if torch.compiler.is_compiling():
+        return torch.broadcast_shapes(*shapes)
+    # torch.broadcast_shapes is slow pure Python (its checks cost ~40 us a call)
+    out = [1] * max(len(s) for s in shapes)
+    for s in shapes:
+        for i, k in enumerate(s, len(out) - len(s)):
+            if k != 1:
+                if out[i] != 1 and out[i] != k:
+                    return torch.broadcast_shapes(*shapes)  # (raises its own error)
+                out[i] = k
+    return torch.Size(out)
 
 
 def canon_mask(mask, shape, dims):
