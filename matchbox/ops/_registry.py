@@ -205,6 +205,18 @@ def fail_if(bad, error, summary):
                                     f"eagerly on CPU to see which example)")
 
 
+def fail_outside(index, lo, hi, error, summary, check=None):
+    """``fail_if`` for an integer ``index`` with an entry outside ``[lo,
+    hi]`` (numbers or Tensors that broadcast) where ``check`` (bool, or None:
+    everywhere) holds.  On CPU, eagerly, a clamp and one ``torch.equal``
+    (the entry is looked up only when it fails)."""
+    inside = index.clamp(lo, hi)
+    if check is not None:
+        inside = torch.where(check, inside, index)
+    if not (index.is_cpu and not torch.compiler.is_compiling() and torch.equal(inside, index)):
+        fail_if(inside != index, error, summary)
+
+
 def gathers_rows(t, small=True):
     """Whether row-wise rules (linear, layer norm, embedding, RNN cells)
     compute only the real rows of ``t`` (gather, run, scatter back: on CPU,

@@ -29,9 +29,9 @@ import torch
 
 from .. import _lanes
 from ..core import MaskedBatch, derived, mask_from_lengths, squeezed, uncut
-from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb,
-                        lengths_presence, new,
-                        norm_dim, real_mask, register_distinct, with_lanes)
+from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, fail_outside,
+                        is_mb, lengths_presence, new, norm_dim, real_mask, register_distinct,
+                        with_lanes)
 from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
 
 T = torch.Tensor
@@ -129,15 +129,10 @@ def _checked(x, p, index, op, im=None, negative=True):
     unchecked entries (None: none), whose results must be 0, and whether
     every example holds a value."""
     lo, hi, size, absent = _limits(x, p, negative)
-    check = with_lanes(im, 2)
-    inside = index.clamp(lo, hi)
-    if check is not None:
-        inside = torch.where(check, inside, index)
-    if not (index.is_cpu and not torch.compiler.is_compiling() and torch.equal(inside, index)):
-        fail_if(inside != index, lambda k: IndexError(
-            f"{op}: index {int(index[k])} is out of range for dimension {p} of example {k[0]}, "
-            f"which has size {int(x._lengths(p)[k[0]])}"),
-            f"{op}: an index is out of range for dimension {p}")
+    fail_outside(index, lo, hi, lambda k: IndexError(
+        f"{op}: index {int(index[k])} is out of range for dimension {p} of example {k[0]}, "
+        f"which has size {int(x._lengths(p)[k[0]])}"),
+        f"{op}: an index is out of range for dimension {p}", with_lanes(im, 2))
     zero = absent
     lanes = _lanes.active_lanes()
     if lanes is not None:
