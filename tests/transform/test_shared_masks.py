@@ -77,3 +77,36 @@ def test_tree_recursion_is_per_example():
     trees = [random_tree(rng, n) for n in (1, 4, 7, 2, 9, 3, 5, 6, 8, 1)]
     batch = [MaskedBatch.fromlist([t[k] for t in trees], (True,)) for k in range(3)]
     mb_test(Tree().double(), *batch, dtype=torch.float64)
+
+
+def test_list_items_appended_under_the_same_lanes_share_a_mask():
+    from matchbox._lanes import lanes
+    from matchbox.ops.shape import _items_differ, lanes_present
+    from matchbox.transform.runtime import lists
+    x = MaskedBatch.fromlist([torch.randn(1, 2) for _ in range(3)], (False,))
+    lst = []
+    with lanes(torch.tensor([True, False, True])):
+        lists.append(lst, x * 1)
+        lists.append(lst, x * 2)
+        assert lst[0]._mask is lst[1]._mask
+        pres = [lanes_present(v) for v in lst]
+        assert pres[0] is pres[1] and _items_differ(pres, x.padded_data) == (False, False, None)
+
+
+@matchbox.batch
+def _features(x, k):
+    feats = []
+    for j in range(3):
+        if k.sum() > j:  # per example: the first k features, the others from x * 0
+            f = x * (j + 1)
+        else:
+            f = x * 0
+        feats.append(f)
+    if k.sum() > 1:
+        feats.append(x)  # an item only some examples hold: the cat's size differs
+    return torch.tanh(torch.cat(feats, 1))
+
+
+def test_cat_of_list_items_held_alike_or_not():
+    k = MaskedBatch.fromlist([torch.tensor([[float(n)]]) for n in (0, 1, 2, 3, 2, 0)], (False,))
+    mb_test(_features, (6, (False, 2)), k, dtype=torch.float64)
