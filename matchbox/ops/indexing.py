@@ -88,10 +88,7 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
             [B] + [1] * (p - 1) + [index.size(1)] + [1] * (data.dim() - p - 1)), 0)
     data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
-    mask = x._mask
-    if mask is not None and x.dims[p - 1]:  # the entries left, or None: all are real
-        mask = None if whole and x._present is None and mask.shape[1:].numel() == mask.size(p) \
-            else mask.any(p, keepdim=True)
+    mask = _taken_mask(x, p, whole)
     if mask is not None:
         mask = mask.reshape(mask.shape[:p] + (1,) * len(shape) + mask.shape[p + 1:])
     if idx_mask is not None:
@@ -112,11 +109,19 @@ def _take_one(x, i, op):
     data = gather_line(uncut(x), 1, index)
     if zero is not None:
         data = data.masked_fill(zero.view((B, 1) + (1,) * (data.dim() - 2)), 0)
+    return new(data, _taken_mask(x, 1, whole), (False,) + x.dims[1:])
+
+
+def _taken_mask(x, p, whole):
+    """The mask of ``x`` indexed along ``p`` (size 1 there): along a dynamic
+    ``p``, the examples (and entries of other dims) that have an entry;
+    None when every example does (``whole``) and the mask has no other dim."""
     mask = x._mask
-    if mask is not None and x.dims[0]:  # the entries left, or None: all are real
-        mask = None if whole and x._present is None and mask.shape[1:].numel() == mask.size(1) \
-            else mask.any(1, keepdim=True)
-    return new(data, mask, (False,) + x.dims[1:])
+    if mask is None or not x.dims[p - 1]:
+        return mask
+    if whole and x._present is None and mask.shape[1:].numel() == mask.size(p):
+        return None
+    return mask.any(p, keepdim=True)
 
 
 def _checked(x, p, index, op, im=None, negative=True):
@@ -456,7 +461,7 @@ def _put_at(x, index, value):
             return None
         v = value.padded_data
         v = v.reshape((B,) + (1,) * (len(shape) - value.dim()) + v.shape[1:])
-        if torch.broadcast_shapes(v.shape, shape) != shape:
+        if any(a != 1 and a != b for a, b in zip(v.shape, shape)):  # does not broadcast to it
             return None
         v = v.to(d.dtype).expand(shape)
     elif type(value) in (bool, int, float):

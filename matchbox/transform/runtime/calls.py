@@ -189,9 +189,10 @@ def _stacked(values, parts, rows):
         return torch.cat(xs).index_select(0, rows.of_all())
     a = values[0]
     masks = [v._mask for v in values]
-    mask = None if masks[0] is None else \
-        shared_rows(rows.masks, masks[0], lambda: pick(masks)) if all(m is masks[0] for m in masks) \
-        else pick(masks)
+    if masks[0] is not None and all(m is masks[0] for m in masks):
+        mask = shared_rows(rows.masks, masks[0], lambda: pick(masks))
+    else:
+        mask = pick(masks)
     sizes = a._sizes and {d: pick([v._sizes[d] for v in values]) for d in a._sizes}
     return _new(pick([uncut(v) for v in values]), mask, a.dims,
                 bdim=a._bdim, present=pick([v._present for v in values]), sizes=sizes)
