@@ -21,10 +21,10 @@ import dis
 import sys
 
 import torch
-import torch.nn.modules.transformer
 import torch.utils._pytree
 
 from . import _lanes
+from ._sizes import ExampleShape, per_example
 
 __all__ = ["MaskedBatch", "mask_from_lengths"]
 
@@ -34,7 +34,8 @@ RULES = {}
 _NO_HOST_VALUE = (
     "cannot turn a MaskedBatch into a single Python value: each example has "
     "its own. Put per-example control flow under @matchbox.batch, or reduce "
-    "explicitly with .any() / .all()."
+    "explicitly with .any() / .all() (a size of a dynamic dimension, x.size(d), is such a "
+    "value: x.size_as_tensor(d) gives the sizes as a Tensor, x.maxsize(d) the padded size)."
 )
 
 
@@ -137,7 +138,6 @@ def empty_sizes(lengths, present):
     return dict(lengths) if bool(hidden.any()) else None
 
 
-_TRANSFORMER_FILE = torch.nn.modules.transformer.__file__
 _SUBSCR = {dis.opmap[n] for n in ("BINARY_SUBSCR", "STORE_SUBSCR") if n in dis.opmap}
 
 
@@ -186,9 +186,9 @@ def absent_examples(x):
 
 
 _NO_VALUE_WHY = (
-    "it was computed in a step those examples do not have (e.g. a loop over x.unbind(d), "
-    "x.unbind(d)[i] or sum(x.unbind(d)) outside @matchbox.batch, where the last step is not "
-    "every example's last), or MaskedBatch(data, mask, dims) was given a mask that marks "
+    "it was computed in a step those examples do not have (e.g. the padded steps of "
+    "x.unbind(d) walked outside @matchbox.batch, where the last step is not every "
+    "example's last), or MaskedBatch(data, mask, dims) was given a mask that marks "
     "none of their entries real with only static dims (with a dynamic dim, such an example "
     "is one of length 0, which holds a value)")
 
@@ -214,14 +214,17 @@ def refuse_absent(x, what):
 
 
 class _CutDormant(torch.autograd.Function):
-    """``x`` unchanged, but no gradient through the rows of dormant lanes
+    """``x``'s values, but no gradient through the rows of dormant lanes
     (``lanes`` False): what they compute adds none, not even NaN.  The
-    forward is free (a view); the backward zeroes those rows."""
+    forward is a copy (not a view: an op may save it for its backward, and
+    an in-place update of ``x`` later, which per example may be fine where
+    that op's result is never used, must not change what it saved); the
+    backward zeroes those rows."""
 
     @staticmethod
     def forward(ctx, x, lanes):
         ctx.save_for_backward(lanes)
-        return x.view_as(x)
+        return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
@@ -241,7 +244,9 @@ class MaskedBatch:
     # _listed: set by @batch's list append on the items it stores, as
     # (lanes that hold the item, per-lane list length up to the item or None)
     # _rows: the real rows gathered by ops.on_real_rows, kept for the next op
-    # _cut: lanes whose gradient @batch's read cuts (see the padded_data property)
+    # _cut: lanes whose gradient @batch's read cuts (see the padded_data
+    # property); _data stays the value read (its storage), and _cutd caches
+    # the cut as (the value's version, the cut Tensor)
     # _kept: set by a compacted @batch for loop on the values it keeps
     # compacted between iterations (see transform/compaction.py)
     # _update_of: (base data, its version, lanes), set by a rule whose result
@@ -259,8 +264,8 @@ class MaskedBatch:
     # _sizes: None, or {data dim: (B,) lengths} of the dynamic dims, where
     # an example is empty along one and not along another (its mask cannot
     # show that other size); read by ``_lengths``
-    __slots__ = ("_data", "_cut", "_mask", "dims", "_bdim", "_zero_at", "_rows", "_listed",
-                 "_kept", "_update_of", "_present", "_sizes", "__weakref__")
+    __slots__ = ("_data", "_cut", "_cutd", "_mask", "dims", "_bdim", "_zero_at", "_rows",
+                 "_listed", "_kept", "_update_of", "_present", "_sizes", "__weakref__")
 
     def __init__(self, data, mask=None, dims=None, batch_dim=0):
         if not isinstance(data, torch.Tensor):
@@ -307,7 +312,7 @@ class MaskedBatch:
                 f"batch_dim must be None (the examples have no batch-of-one dimension) or a "
                 f"position 0..{n} in each example's shape, got {batch_dim!r}")
         self._data, self._cut, self._mask, self.dims = data, None, mask, dims
-        self._zero_at = self._rows = self._sizes = None
+        self._zero_at = self._rows = self._sizes = self._cutd = None
         self._bdim = batch_dim
         # with a dynamic dim, an example whose mask marks no entry real is
         # one of length 0 (present); with only static dims it holds no value
@@ -325,6 +330,7 @@ class MaskedBatch:
         ``present`` and ``sizes`` are ``_present`` and ``_sizes``."""
         self = object.__new__(cls)
         self._data, self._cut, self._mask, self.dims, self._rows = data, None, mask, dims, None
+        self._cutd = None
         self._zero_at = (data, data._version) if zero else None
         self._bdim, self._present, self._sizes = bdim, present, sizes
         return self
@@ -342,12 +348,15 @@ class MaskedBatch:
     def _read(cls, x, lanes):
         """``x`` as @batch's ``read`` gives it inside a masked region: the
         gradient of its dormant lanes (False in ``lanes``) is cut, so what
-        they compute there adds none.  The cut (a ``where`` against a
-        detached copy) is made when the data is first used; rules that
-        never read dormant lanes take ``uncut(x)`` and skip it."""
-        self = cls._new(x.padded_data, x._mask, x.dims, bdim=x._bdim, present=x._present,
+        they compute there adds none.  The cut is made when the data is
+        first used; rules that never read dormant lanes take ``uncut(x)``
+        and skip it.  The read shares ``x``'s storage: an in-place op on it
+        writes ``x``, and a change of ``x`` in place shows in it."""
+        self = cls._new(x._data, x._mask, x.dims, bdim=x._bdim, present=x._present,
                         sizes=x._sizes)
-        self._cut = lanes
+        c = x._cut  # a read of a read: cut the lanes dormant in either
+        self._cut = lanes if c is None or c is lanes or getattr(lanes, "_mb_within", None) is c \
+            else c & lanes
         return self
 
     @property
@@ -355,16 +364,23 @@ class MaskedBatch:
         """The padded data Tensor ``(B, n_1, ..., n_k)``: every example's
         values, padding included (see ``mask``).  Rules and code that leaves
         matchbox read this; per-example code reads ``data``, as in PyTorch."""
-        if self._cut is not None:
-            d, lanes = self._data, self._cut
-            self._data = _CutDormant.apply(d, lanes.view((-1,) + (1,) * (d.dim() - 1))) \
-                if d.requires_grad and torch.is_grad_enabled() else d
-            self._cut = None
-        return self._data
+        lanes = self._cut
+        if lanes is None:
+            return self._data
+        d = self._data
+        if not (d.requires_grad and torch.is_grad_enabled()):
+            return d
+        # the cut is a copy, made again once the value changes in place
+        version = None if torch.compiler.is_compiling() else d._version
+        c = self._cutd
+        if c is None or c[0] != version:
+            cut = _CutDormant.apply(d, lanes.view((-1,) + (1,) * (d.dim() - 1)))
+            c = self._cutd = (version, cut)
+        return c[1]
 
     @padded_data.setter
     def padded_data(self, value):
-        self._data, self._cut = value, None
+        self._data, self._cut, self._cutd = value, None, None
 
     @property
     def data(self):
@@ -424,17 +440,17 @@ class MaskedBatch:
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         rule = RULES.get(func)
-        if rule is None:
-            from .ops._registry import lookup
-            rule = lookup(func)  # raises, naming the op
+        if rule is None:  # the general fallback (ops/fallback.py)
+            from .ops.fallback import fallback
+            return fallback(func, args, kwargs or {})
         return dispatch(func, rule, args, kwargs or {})
 
     def __getattr__(self, name):
         # Only reached for names the class does not define: Tensor methods
-        # that have no rule yet.
+        # that have no rule, which the general fallback serves (ops/fallback.py).
         if not name.startswith("_") and hasattr(torch.Tensor, name):
-            from .ops._registry import missing_rule
-            raise missing_rule(f"Tensor.{name}")
+            from .ops.fallback import method
+            return method(self, name)
         raise AttributeError(f"'MaskedBatch' object has no attribute '{name}'")
 
     # ------------------------------------------------------------ masks
@@ -579,29 +595,19 @@ class MaskedBatch:
     def size(self, dim=None):
         """The per-example size (SPEC section 2): the leading dimension, each
         example's batch of one, has size 1 (``batch_size`` is the number of
-        examples); a static dimension has its size; a dynamic one has no
-        single int (``size()`` raises, naming ``size_as_tensor``; under
-        @batch, ``size(d)`` is a per-example value)."""
+        examples); a static dimension has its size; a dynamic one has a
+        per-example int, and ``size()`` then an ``ExampleShape`` (see
+        ``matchbox/_sizes.py``: where one Python int is needed they raise,
+        naming ``size_as_tensor``, except under @batch)."""
         if dim is None:
-            dyn = [user_dim(self, i + 1) for i, d in enumerate(self.dims) if d]
-            if dyn:
-                raise ValueError(
-                    f"dimensions {dyn} are dynamic (their size differs between examples), "
-                    f"so size() has no single value; use size_as_tensor(d) for per-example "
-                    f"sizes or maxsize(d) for the padded size"
-                    + (" (nn.TransformerEncoder/Decoder read size() of their input: call their "
-                       "layers in a loop instead, `for layer in encoder.layers: x = layer(x)`, "
-                       "then encoder.norm if set)"
-                       if sys._getframe(1).f_code.co_filename == _TRANSFORMER_FILE else ""))
+            if any(self.dims):
+                return ExampleShape(self.size(d) for d in range(self.dim()))
             return self.maxsize()
         d = storage_dim(self, dim)
         if d == 0:
             return 1
         if self.dims[d - 1]:
-            raise ValueError(
-                f"dimension {dim} is dynamic (its size differs between examples), so it has "
-                f"no single int size; use size_as_tensor({dim}) for per-example sizes or "
-                f"maxsize({dim}) for the padded size")
+            return per_example(self._lengths(d))
         return self._data.size(d)
 
     @property
@@ -651,7 +657,13 @@ class MaskedBatch:
             # (table[idx] with a per-example idx); it is one index
             raise TypeError("len() of a 0-d tensor" if self.dim() == 0 else
                             "a MaskedBatch index is one index, not a sequence of them")
-        return self.size(0)
+        n = self.size(0)
+        if type(n) is not int:
+            raise ValueError(
+                "len(x): dimension 0 is dynamic (its size differs between examples), so it has "
+                "no single int size; use size_as_tensor(0) for per-example sizes or maxsize(0) "
+                "for the padded size (under @matchbox.batch, len(x) is each example's own)")
+        return n
 
     # ------------------------------------------------------------ no host values
     def __bool__(self):
@@ -709,7 +721,7 @@ class MaskedBatch:
         return self._with_data(self.padded_data.cpu())
 
     def detach(self):
-        return self._with_data(self.padded_data.detach())
+        return self._with_data(self._data.detach())  # (a read's storage: no cut needed)
 
     def type_as(self, other):
         other = other.padded_data if isinstance(other, MaskedBatch) else other
@@ -796,8 +808,9 @@ class MaskedBatch:
             padded.append(torch.nn.functional.pad(e, pad) if any(pad) else e)
         data = torch.cat(padded, 0)
         shape = data.shape
+        # (a dim of size 0 in every example hides the others' sizes from the mask)
         lengths = {i + 1: sizes[:, i].to(data.device) for i, dyn in enumerate(dims)
-                   if dyn and bool((sizes[:, i] != maxes[i]).any())}
+                   if dyn and (maxes[i] == 0 or bool((sizes[:, i] != maxes[i]).any()))}
         present = empty_present(lengths)
         return cls._new(data, mask_from_lengths(lengths, shape, dims), dims, zero=True,
                         bdim=batch_dim, present=present, sizes=empty_sizes(lengths, present))
@@ -815,8 +828,9 @@ class MaskedBatch:
                 f"examples {missing.nonzero().flatten().tolist()} of this batch hold no "
                 f"value: {_NO_VALUE_WHY}. Put the per-example loop under @matchbox.batch, or "
                 f"index per example: x[:, i] (negative i counts from each example's own end)")
-        if self._mask is None or not dyn:
-            return [storage_to_example(e, self._bdim) for e in self.padded_data.split(1, 0)]
+        if self._mask is None or not dyn:  # (split of no rows gives one empty part)
+            rows = self.padded_data.split(1, 0) if self.batch_size else ()
+            return [storage_to_example(e, self._bdim) for e in rows]
         lengths = torch.stack([self._lengths(d) for d in dyn], 1).tolist()
         out = []
         for b, ls in enumerate(lengths):
@@ -990,12 +1004,6 @@ def storage_dim(x, d, op=None):
     return 0 if d == p else d + (d < p)
 
 
-def user_dim(x, s):
-    """The per-example dimension that storage dimension ``s`` >= 1 is."""
-    p = x._bdim
-    return s - 1 if p is None or s - 1 < p else s
-
-
 def example_to_storage(t, bdim, what="the example"):
     """One example ``t`` (its batch-of-one dimension at ``bdim``, or none)
     as a ``(1, ...)`` slice of batch-first storage."""
@@ -1021,7 +1029,7 @@ def relabel(x, bdim):
     """``x`` (the same storage, gradient cut and caches) read with its
     batch-of-one dimension at ``bdim``."""
     y = object.__new__(MaskedBatch)
-    y._data, y._cut, y._mask, y.dims = x._data, x._cut, x._mask, x.dims
+    y._data, y._cut, y._cutd, y._mask, y.dims = x._data, x._cut, x._cutd, x._mask, x.dims
     y._zero_at, y._rows, y._bdim = x._zero_at, x._rows, bdim
     y._present, y._sizes = x._present, x._sizes
     return y
@@ -1048,6 +1056,19 @@ def adopt(x, q, what):
         y = MaskedBatch._new(y.padded_data.unsqueeze(t), mask, y.dims[:t - 1] + (False,) + y.dims[t - 1:],
                              y._zero, present=y._present, sizes=sizes)
     return relabel(y, q)
+
+
+def unlabeled(x):
+    """MaskedBatch ``x`` (the same values per example) with its batch-of-one
+    dimension read as a plain static dimension of size 1: it has none.
+    Anything else as it is."""
+    if not isinstance(x, MaskedBatch) or x._bdim is None:
+        return x
+    p = x._bdim
+    mask = None if x._mask is None else x._mask.unsqueeze(p + 1)
+    sizes = None if x._sizes is None else {d + (d > p): n for d, n in x._sizes.items()}
+    return MaskedBatch._new(x.padded_data.unsqueeze(p + 1), mask, x.dims[:p] + (False,) + x.dims[p:],
+                            x._zero, None, x._present, sizes)
 
 
 def squeezed(x, s):
@@ -1112,15 +1133,26 @@ def dispatch(func, rule, args, kwargs):
     return rule(*args, **kwargs)
 
 
+class Unplaced(NotImplementedError):
+    """A rule does not serve values whose batch-of-one dimension sits where
+    these operands hold it (ops/placement.py raises it): dispatch runs the
+    general fallback (ops/fallback.py) instead, which raises it where it
+    does not run the op either."""
+
+
 def _dispatch_flagged(func, place, rule, args, kwargs):
     placed = _placed(args) or (kwargs and _placed(kwargs.values()))
-    if place is not None and (place.always or placed):
-        out = place(func, rule, args, kwargs)
-    elif placed:
-        from .ops.placement import unplaced
-        raise unplaced(func, args)
-    else:
-        out = rule(*args, **kwargs)
+    try:
+        if place is not None and (place.always or placed):
+            out = place(func, rule, args, kwargs)
+        elif placed:
+            from .ops.placement import unplaced
+            raise unplaced(func, args)
+        else:
+            out = rule(*args, **kwargs)
+    except Unplaced as e:  # no rule for this placement: the general fallback
+        from .ops.fallback import fallback
+        return fallback(func, args, kwargs, unplaced=e)
     from .ops._registry import keep_presence
     return keep_presence(out, args, kwargs, func)
 

@@ -4,7 +4,7 @@
 committed page equals this output, so the docs cannot drift from the code.
 Every name below is read off the registry and off torch itself: a rule
 listed here exists, and a public torch callable not listed under a family
-raises ``NotImplementedError`` naming it when called on a MaskedBatch.
+runs through the general fallback (ops/fallback.py) as its ``plan`` says.
 """
 import functools
 import inspect
@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as TF
 
 from .ops._registry import RULES
+from .ops.fallback import plan
 
 HEADER = """# Ops coverage
 
@@ -21,8 +22,9 @@ Generated from matchbox's rule registry by `python -m matchbox ops`; do not
 edit by hand (a test checks this page is current). Each family's rules live
 in `matchbox/ops/<family>.py`. A callable listed here has a rule: on a
 MaskedBatch it gives per example what it gives on one example (SPEC section 3).
-Anything else raises `NotImplementedError` naming the op: see
-[Not supported](#not-supported) at the end.
+An op without a rule runs through the general fallback, or raises
+`NotImplementedError` naming the op: see
+[Without a rule](#without-a-rule-the-general-fallback) at the end.
 """
 
 
@@ -111,12 +113,18 @@ def table():
         listed = ", ".join(f"`{n}`" for n in sorted(set(families[fam]), key=str.lower))
         lines.append(f"| {fam} | `matchbox/ops/{fam}.py` | {listed} |")
 
-    lines += ["", "## Not supported", "",
-              "These public callables have no rule. On a MaskedBatch they raise "
-              "`NotImplementedError` naming the op; leave matchbox with `.to_padded()` or "
-              "`.examples()` to use them, or add a rule (docs/internals.md).", ""]
+    lines += ["", "## Without a rule: the general fallback", "",
+              "These public callables have no rule of their own. On a MaskedBatch the general "
+              "fallback (`matchbox/ops/fallback.py`) runs them: through `torch.func.vmap` over "
+              "the examples where their dims are static (or every example has the same size), "
+              "else once per example, padding the results back (correct, slower: a "
+              "`PerExampleFallbackWarning`, once per op). The *per-example fallback* ones "
+              "always run once per example (vmap cannot batch them: the size of their result "
+              "depends on the values); *in place* ones write their out-of-place op's value "
+              "into the batch; the *refused* ones raise `NotImplementedError` naming the op "
+              "and why. A rule (docs/internals.md) is faster than any of these.", ""]
     for label, ns in _namespaces()[:3]:
-        missing, composite = [], []
+        groups, composite = {}, []
         for name, obj in _public(ns):
             try:
                 if obj in RULES:
@@ -128,10 +136,16 @@ def table():
             if (label == "F" and isinstance(obj, types.FunctionType)
                     and not _has_own_dispatch(obj)):
                 composite.append(name)
-            else:
-                missing.append(name)
-        lines.append(f"**{label}** ({len(missing)}): "
-                     + ", ".join(f"`{n}`" for n in missing) + "\n")
+                continue
+            groups.setdefault(plan(obj)[0], []).append(name)
+        for way, title in (("vmap", "vmap, or per example on dynamic dims"),
+                           ("per-example", "per-example fallback"), ("in place", "in place"),
+                           ("dtype", "the dtype's answer, one for every example"),
+                           ("refused", "refused")):
+            names = groups.get(way, [])
+            if names:
+                lines.append(f"**{label}, {title}** ({len(names)}): "
+                             + ", ".join(f"`{n}`" for n in names) + "\n")
         if composite:
             lines.append(f"**F, without a rule of their own** ({len(composite)}): these "
                          "run the torch ops they are made of, so they work exactly when "

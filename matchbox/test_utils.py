@@ -19,7 +19,7 @@ An argument spec is one of:
 """
 import torch
 
-from .core import MaskedBatch, example_to_storage, storage_to_example
+from .core import MaskedBatch, absent_examples, example_to_storage, storage_to_example
 
 __all__ = ["mb_rand", "mb_test", "mb_assert", "mb_assert_allclose", "LENGTH_MODES",
            "draw_lengths"]
@@ -132,10 +132,39 @@ def _flatten(obj, path="output"):
     return [(path, obj)]
 
 
-def _per_example(y, B, path):
-    """Split one batched output leaf into B per-example values."""
-    if isinstance(y, MaskedBatch):
-        return y.examples()
+def _held(obj, j, path="output", bpath="output"):
+    """``[(path, batched path, leaf)]`` of the batched output ``obj`` as
+    example ``j`` holds it: a tuple or list of batches is a per-example
+    list (the pieces of ``x.split(2, d)`` along a dynamic ``d``, a list
+    appended under ``@batch``), whose items that hold no value for ``j``
+    example ``j``'s list does not have."""
+    if isinstance(obj, (tuple, list)):
+        out, k = [], 0
+        for i, o in enumerate(obj):
+            if isinstance(o, MaskedBatch):
+                gone = absent_examples(o)
+                if gone is not None and bool(gone[j]):
+                    continue
+            out += _held(o, j, f"{path}[{k}]", f"{bpath}[{i}]")
+            k += 1
+        return out
+    if isinstance(obj, dict):
+        return [h for key in obj
+                for h in _held(obj[key], j, f"{path}[{key!r}]", f"{bpath}[{key!r}]")]
+    return [(path, bpath, obj)]
+
+
+def _per_example(y, B, path, j):
+    """Example ``j``'s value of one batched output leaf."""
+    if isinstance(y, MaskedBatch):  # as y.examples()[j], whatever the other examples hold
+        gone = absent_examples(y) if y._present is not None or not any(y.dims) else None
+        if gone is not None and bool(gone[j]):
+            raise AssertionError(f"mb_test: {path} holds no value for example {j}, where the "
+                                 f"per-example run returns one")
+        x = y.padded_data[j:j + 1]
+        for d in (d + 1 for d, dyn in enumerate(y.dims) if dyn and y._mask is not None):
+            x = x.narrow(d, 0, int(y._lengths(d)[j]))
+        return storage_to_example(x, y.batch_dim)
     if isinstance(y, torch.Tensor):
         if y.dim() == 0 or y.size(0) not in (1, B):
             raise AssertionError(
@@ -143,8 +172,8 @@ def _per_example(y, B, path):
                 f"which has no per-example rows: a value combined over the batch (e.g. "
                 f"matchbox.example_mean(loss)) cannot be compared per example; check the "
                 f"per-example values (a loss reduces per example) and combine them outside f")
-        return list(y.expand((B,) + tuple(y.shape[1:])).split(1, 0))
-    return [y] * B
+        return y.expand((B,) + tuple(y.shape[1:]))[j:j + 1]
+    return y
 
 
 def _tolerances(dtype, rtol, atol):
@@ -203,15 +232,14 @@ def mb_assert_allclose(ys, ybs, rtol=None, atol=None):
     """Assert that per-example outputs ``ys`` (a list, one per example) match
     the batched output ``ybs``."""
     B = len(ys)
-    flat_b = _flatten(ybs)
     errors = []
     for i, y in enumerate(ys):
-        flat = _flatten(y)
+        flat, flat_b = _flatten(y), _held(ybs, i)
         if len(flat) != len(flat_b):
             raise AssertionError(
                 f"mb_test: example {i} returned {len(flat)} outputs, the batch {len(flat_b)}")
-        for (path, ye), (_, yb) in zip(flat, flat_b):
-            got = _per_example(yb, B, path)[i]
+        for (path, ye), (_, _, yb) in zip(flat, flat_b):
+            got = _per_example(yb, B, path, i)
             msg = _compare(f"{path}, example {i}", ye, got, rtol, atol)
             if msg:
                 errors.append(msg)
@@ -343,13 +371,15 @@ def mb_test(f, *specs, grad=True, lengths="random", dtype=None, device=None,
 
     leaves = _float_leaves(yb)
     if leaves:
+        # each example's path of a batched output (per-example lists renumber)
+        names = [{bp: p for p, bp, _ in _held(yb, j)} for j in range(B)]
         outs, grads = [], []
         for path, t in leaves:
             data = t.padded_data if isinstance(t, MaskedBatch) else t
             g = torch.zeros_like(data)
             with torch.no_grad():
                 for j in range(B):
-                    c = cots[j].get(path)
+                    c = cots[j].get(names[j].get(path))
                     if c is None:  # this example's output does not need a gradient
                         continue
                     if isinstance(t, MaskedBatch):

@@ -15,9 +15,13 @@ def test_docs_ops_page_is_current():
         assert f.read() == table(), "regenerate: python -m matchbox ops > docs/ops.md"
 
 
-def test_table_lists_every_rule_and_what_is_missing():
+def test_table_lists_every_rule_and_how_the_others_run():
     t = table()
     assert "`torch.tanh`" in t and "`Tensor.tanh`" in t and "`F.linear`" in t
-    missing = t[t.index("## Not supported"):]
-    assert "`unique`" in missing and "`tanh`" not in missing.split("**Tensor**")[0]
+    missing = t[t.index("## Without a rule"):]
+    assert "`tanh`" not in missing and "`quantile`" in missing
+    per_example = missing[missing.index("**torch, per-example fallback**"):]
+    assert "`unique_consecutive`" in per_example.split("\n")[0]
+    refused = missing[missing.index("**Tensor, refused**"):]
+    assert "`data_ptr`" in refused.split("\n")[0]
     assert len(RULES) > 400

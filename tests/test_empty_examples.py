@@ -163,19 +163,21 @@ def test_batch_loops_over_batches_with_empty_examples(lengths):
 def test_absent_lanes_still_refuse():
     xs = [torch.randn(1, n, 2) for n in (0, 3, 1)]
     b = MaskedBatch.fromlist(xs, (True, False))
-    last = b.unbind(1)[2]  # only example 1 has a third step
+    last = list(b.unbind(1))[2]  # the padded steps: only example 1 has a third
+    with pytest.raises(IndexError, match="example 0"):
+        b.unbind(1)[2]  # indexed, the steps are each example's own (issue 27)
     with pytest.raises(ValueError, match=r"examples \[0, 2\] of this batch hold no value"):
         matchbox.example_sum(F.mse_loss(last, torch.zeros(1, 2)))
     with pytest.raises(ValueError, match=r"examples \[0, 2\] of this batch hold no value"):
         (last * 2).sum(1).backward()
     with pytest.raises(ValueError, match=r"examples \[0, 2\] of this batch hold no value"):
         last.examples()
-    first = b.unbind(1)[0]  # the empty example has no first step either
+    first = list(b.unbind(1))[0]  # the empty example has no first step either
     with pytest.raises(ValueError, match=r"examples \[0\] of this batch hold no value"):
         matchbox.example_sum(first.sum(1))
-    # a step some example lacks, combined with a present value, still holds none there
-    with pytest.raises(ValueError, match=r"examples \[0, 2\]"):
-        matchbox.example_sum((b.sum(1) + last).sum(1))
+    # a step some example lacks, combined with a present value, raises there
+    with pytest.raises(ValueError, match=r"holds no value for example 0"):
+        b.sum(1) + last
     # indexing an example past its length raises, as torch does per example
     with pytest.raises(IndexError, match="example 0"):
         b[:, 0]

@@ -49,15 +49,17 @@ def test_tensor_attributes_read_as_on_a_tensor():
     assert x.layout == torch.strided and x.names == (None, None)
     assert not x.is_sparse and not x.is_quantized and not x.is_meta and x.is_cpu
     assert x.itemsize == 4 and x.grad is None
-    # an op without a rule: hasattr answers False, the call still names the op
-    assert getattr(x, "H", "default") == "default"
-    with pytest.raises(NotImplementedError, match="no rule for Tensor.H"):
-        x.H
+    # an op the general fallback refuses: hasattr answers False, the call names the op
+    assert getattr(x, "data_ptr", "default") == "default"
+    with pytest.raises(NotImplementedError, match="Tensor.data_ptr has no rule"):
+        x.data_ptr
+    # a value attribute without a rule is each example's own (the general fallback)
+    assert [h.shape for h in x.H.examples()] == [(2, 1), (3, 1)]
 
 
 def test_torch_load_with_weights_only_and_pickle_keep_any_batch(tmp_path):
     b = MaskedBatch.fromlist([torch.ones(1, 2), torch.ones(1, 3)])
-    absent = b.unbind(1)[2]          # a step example 0 lacks: kept as it is
+    absent = list(b.unbind(1))[2]    # a step example 0 lacks: kept as it is
     for v in (b, absent):
         torch.save(v, tmp_path / "b.pt")
         with torch.serialization.safe_globals([MaskedBatch]):
@@ -76,18 +78,10 @@ def _rnn_batch():
     return torch.nn.RNNCell(4, 4), xs, MaskedBatch.fromlist(xs, (True, False))
 
 
-@pytest.mark.parametrize("last", ["loop", "unbind_last", "sum_of_steps"])
 @pytest.mark.parametrize("combine", ["example_sum", "example_mean", "token_mean", "backward"])
-def test_a_value_some_examples_lack_refuses_to_reach_a_loss(last, combine):
+def test_a_value_some_examples_lack_refuses_to_reach_a_loss(combine):
     cell, _, x = _rnn_batch()
-    if last == "loop":              # a per-step loop without @batch
-        h = x.batch_zeros(4)
-        for x_t in x.unbind(1):
-            h = cell(x_t, h)
-    elif last == "unbind_last":
-        h = cell(x.unbind(1)[-1], x.batch_zeros(4))
-    else:
-        h = sum(v for v in x.unbind(1))
+    h = cell(list(x.unbind(1))[-1])   # the padded last step: examples 0 and 2 lack it
     loss = torch.nn.functional.mse_loss(h, torch.zeros(1, 4))
     with pytest.raises(ValueError, match=r"examples \[0, 2\] of this batch hold no value.*@matchbox.batch"):
         if combine == "backward":
@@ -96,6 +90,20 @@ def test_a_value_some_examples_lack_refuses_to_reach_a_loss(last, combine):
             getattr(matchbox, combine)(loss)
     # a per-example reduction keeps the absence; it does not raise by itself
     assert h.sum(1).mask.tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize("last", ["loop", "sum_of_steps"])
+def test_a_per_step_loop_outside_batch_raises_where_a_step_is_missing(last):
+    """Issue 27 item 7: where the step some examples lack meets a value they
+    hold, not at the loss."""
+    cell, _, x = _rnn_batch()
+    with pytest.raises(ValueError, match=r"holds no value for example 2.*@matchbox.batch"):
+        if last == "loop":              # a per-step loop without @batch
+            h = x.batch_zeros(4)
+            for x_t in x.unbind(1):
+                h = cell(x_t, h)
+        else:
+            sum(v for v in x.unbind(1))
 
 
 def test_the_same_loop_under_batch_combines_every_example():
@@ -197,3 +205,41 @@ def _countdown(x):
 def test_a_batch_of_no_examples_runs_a_while_loop():
     x = MaskedBatch(torch.zeros(0, 3), None, (False,))
     assert _countdown(x).batch_size == 0
+
+
+# ------------------------------------------------------------------ issue 27 item 12: no examples
+def _no_sentences(batch_first=True):
+    """A batch of 0 token sentences, (1, n) each (or (n, 1) sequence-first)."""
+    data = torch.zeros(0, 5, dtype=torch.long)
+    return MaskedBatch.from_padded(data if batch_first else data.t(), torch.zeros(0, dtype=torch.long),
+                                   batch_first=batch_first)
+
+
+torch.manual_seed(0)
+EMB = torch.nn.Embedding(7, 4)
+NO_EXAMPLES = {
+    "lstm_cross_entropy": lambda t: torch.nn.functional.cross_entropy(
+        torch.nn.Linear(4, 7)(torch.nn.LSTM(4, 4, batch_first=True)(EMB(t))[0]).transpose(1, 2), t),
+    "lstm_sequence_first_view": lambda t: torch.nn.functional.cross_entropy(
+        torch.nn.LSTM(4, 7, num_layers=2, bidirectional=True)(EMB(t.t()))[0][..., :7].view(-1, 7),
+        t.view(-1)),
+    "gru_state": lambda t: torch.nn.GRU(4, 3, batch_first=True)(EMB(t))[1][-1],
+    "nll_loss": lambda t: torch.nn.functional.nll_loss(EMB(t).log_softmax(-1).transpose(1, 2),
+                                                       t.clamp(max=3), reduction="sum"),
+    "multihead_attention": lambda t: torch.nn.MultiheadAttention(4, 2, batch_first=True)(
+        EMB(t), EMB(t), EMB(t))[0],
+    "transformer_layer": lambda t: torch.nn.TransformerEncoderLayer(4, 2, 8, batch_first=True)(EMB(t)),
+    "batch_norm": lambda t: torch.nn.BatchNorm1d(4)(EMB(t).transpose(1, 2)),
+    "positive_entries": lambda t: EMB(t)[EMB(t) > 0],
+    "last_step_and_cat": lambda t: torch.cat([EMB(t)[:, -1].unsqueeze(1), EMB(t)], 1),
+}
+
+
+@pytest.mark.parametrize("name", NO_EXAMPLES)
+def test_a_batch_of_no_examples_gives_the_empty_result(name):
+    """nn.LSTM packed its 0 sequences ('Cannot pack empty tensors'), class
+    losses, attention, x[:, -1] and cat reshaped with -1 over 0 entries."""
+    out = NO_EXAMPLES[name](_no_sentences())
+    assert out.batch_size == 0 and out.examples() == []
+    if out.requires_grad:
+        out.backward()

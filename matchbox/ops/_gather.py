@@ -66,11 +66,11 @@ def select_rows(t, rows):
     (the entries of its dims after the first two make a row)."""
     if torch.compiler.is_compiling() or not (  # (dynamo cannot read grad_fn)
             t.requires_grad and torch.is_grad_enabled() and t.grad_fn is not None):
-        return t.reshape(t.size(0) * t.size(1), -1).index_select(0, rows)
+        return t.reshape(t.size(0) * t.size(1), t.shape[2:].numel()).index_select(0, rows)
     kept = getattr(t, "_mb_rows", None)
     if kept is None or kept[0] != t._version:
         buffer = _Buffer(t.size(0) * t.size(1))
         kept = (t._version, _Source.apply(t, buffer),
-                t.detach().reshape(t.size(0) * t.size(1), -1), buffer)
+                t.detach().reshape(t.size(0) * t.size(1), t.shape[2:].numel()), buffer)
         t._mb_rows = kept
     return _Rows.apply(kept[1], kept[2], rows, kept[3])

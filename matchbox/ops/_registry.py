@@ -16,12 +16,13 @@ import math
 
 import torch
 
+from .. import _lanes
 from .._lanes import batch_size_hint
 from ..core import (RULES, MaskedBatch, dispatch, empty_present, empty_sizes, real_mask, uncut,
                     with_lanes)
 
 __all__ = [
-    "RULES", "register", "lookup", "missing_rule", "is_mb", "unwrap", "new",
+    "RULES", "register", "MissingRule", "is_mb", "unwrap", "new",
     "norm_dim", "real_mask", "neutralize", "align", "prefix_mask", "check_same_lengths",
     "tensor_methods", "register_distinct", "canon_mask", "keep", "on_real_rows", "gathers_rows",
     "scatter_rows", "true_rows", "uncut", "fail_if", "with_lanes", "presence", "keep_presence",
@@ -86,37 +87,27 @@ def register_distinct(*funcs):
 
 def func_name(func):
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    if "<locals>" in name:  # torch's boolean_dispatch wrappers (torch.unique, F.max_pool1d)
+        name = getattr(func, "__name__", name)
     mod = getattr(func, "__module__", None) or ""
     if name.startswith("_VariableFunctionsClass."):  # torch.addmm and friends
         name = name.split(".", 1)[1]
     if name.startswith("TensorBase.") or name.startswith("_TensorBase."):
         name = "Tensor." + name.split(".", 1)[1]
-    if mod.startswith("torch.nn.functional"):
+    if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
         return f"torch.nn.functional.{name}"
+    family = mod[len("torch._C._"):] if mod.startswith("torch._C._") else ""
+    if family in ("linalg", "fft", "special") and name.startswith(family + "_"):
+        return f"torch.{family}.{name[len(family) + 1:]}"  # torch.linalg.norm
     if name.startswith("Tensor."):
         return f"torch.{name}"
     return f"torch.{name}" if "." not in name else name
 
 
 class MissingRule(NotImplementedError, AttributeError):
-    """No rule for a torch op on a MaskedBatch.  Also an AttributeError, so
-    ``hasattr(x, name)`` and ``getattr(x, name, default)`` answer instead
-    of raising."""
-
-
-def missing_rule(name):
-    return MissingRule(
-        f"matchbox has no rule for {name} on a MaskedBatch. Op rules live in "
-        f"matchbox/ops/ (one module per op family); add one there with "
-        f"@register({name}), or leave matchbox with .to_padded()/.examples() and "
-        f"handle the padding yourself.")
-
-
-def lookup(func):
-    rule = RULES.get(func)
-    if rule is None:
-        raise missing_rule(func_name(func))
-    return rule
+    """A torch op with no rule on a MaskedBatch that the general fallback
+    (ops/fallback.py) refuses.  Also an AttributeError, so ``hasattr(x,
+    name)`` and ``getattr(x, name, default)`` answer instead of raising."""
 
 
 # ---------------------------------------------------------------- helpers
@@ -529,6 +520,7 @@ def keep_presence(out, args, kwargs, func):
     ops = [a for a in _operands(args, kwargs)]
     if not any(a._present is not None for a in ops):
         return out
+    _no_value_lost(args, kwargs, func)
     B = ops[0]._data.size(0)
     p = empty = full = None
     for a in ops:
@@ -565,6 +557,44 @@ def keep_presence(out, args, kwargs, func):
                 f"leave them out of the batch"),
                 f"{func_name(func)}: an empty example's result sizes are unknown")
     return out
+
+
+def _no_value_lost(args, kwargs, func):
+    """Raise where an op joins a value that some examples hold with one
+    that holds none for them (a step of ``x.unbind(d)`` they do not have):
+    per example the value would exist (the example's own loop or sum ends
+    at its own last step), batched it would hold none, and the error would
+    come only at a loss or ``examples()``, far from here.  Items of a
+    sequence (``stack``, ``cat``) are joined per example: not checked."""
+    ops = [a for a in list(args) + list(kwargs.values()) if type(a) is MaskedBatch]
+    if len(ops) < 2:
+        return
+    B = ops[0]._data.size(0)
+    held = lacked = None
+    for a in ops:
+        if a._data.size(0) != B:
+            return
+        p = presence(a)
+        if p is not None:
+            held, lacked = _or(held, p), _or(lacked, ~p)
+        else:
+            held = torch.ones(B, dtype=torch.bool, device=a._data.device)
+    if held is None or lacked is None:
+        return
+    lost = held & lacked
+    lanes = _lanes.active_lanes()
+    if lanes is not None:
+        lost = lost & lanes
+    name = func_name(func)
+    fail_if(lost, lambda k: ValueError(
+        f"{name}: one operand holds no value for example {k[0]} (a step of x.unbind(d) that "
+        f"example does not have, or a value made from one) where another holds one, so the "
+        f"result would hold none for it, though per example it has one. A Python loop, sum(), "
+        f"functools.reduce or a generator over the steps runs to the longest example's end: "
+        f"put the code under @matchbox.batch (where a for loop over x.unbind(d), len(), sum() "
+        f"and steps[i] are each example's own), or read each example's own steps with "
+        f"x[:, -1] or x.sum(d)"),
+        f"{name}: an operand holds no value for some example where another holds one")
 
 
 def lengths_presence(lengths, x=None):

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from .._lanes import batch_size_hint
 from ..core import relabel
+from .lanes import Lanes, nested
 from ._registry import (canon_mask, check_same_lengths, is_mb, keep, neutralize, new, real_mask,
                         register)
 
@@ -268,6 +269,28 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         raise NotImplementedError(f"{op}: weights and static_k/static_v must be plain Tensors")
     if static_k is not None or static_v is not None:
         raise NotImplementedError(f"{op}: static_k / static_v are not supported on a MaskedBatch")
+    ref = next((t for t in (query, key, value) if is_mb(t) and t.dim() == 3 and nested(t, 1)), None)
+    if ref is not None:  # (L, k, E) per example: its k items run as lanes (ops/lanes.py)
+        items = Lanes(ref, 1, op)
+        if attn_mask is not None and attn_mask.dim() != 2:
+            raise NotImplementedError(
+                f"{op}: with each example's own batch of items, attn_mask must be one (L, S) "
+                f"mask for every item; give a key_padding_mask (k, S) per example instead")
+        lanes = {}
+        for t in (query, key, value):  # (MHA packs the projections where query is key)
+            if id(t) not in lanes:
+                lanes[id(t)] = items.fold(t, 1) if is_mb(t) else items.plain(t, 1)
+        if key_padding_mask is not None:
+            key_padding_mask = items.fold(key_padding_mask, 0) if is_mb(key_padding_mask) \
+                else items.plain(key_padding_mask, 0)
+        return items.run(
+            multi_head_attention_forward, lanes[id(query)], lanes[id(key)], lanes[id(value)],
+            embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias, bias_k, bias_v,
+            add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=training,
+            key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+            use_separate_proj_weight=use_separate_proj_weight, q_proj_weight=q_proj_weight,
+            k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight,
+            average_attn_weights=average_attn_weights, is_causal=is_causal)
     if not any(is_mb(t) and t.batch_dim == 1 for t in (query, key, value)):
         raise ValueError(_BATCH_FIRST.format(op=op))
     if is_causal and attn_mask is None:
@@ -291,7 +314,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
             check_same_lengths(key_padding_mask, 1, k, 1, f"{op} (key_padding_mask and keys)")
         bias = bias + _mha_kpm(key_padding_mask, B, S, dtype, op).view(-1, 1, 1, S)
     bias = bias.expand(B, H, L, S)
-    pad_rows = None if q_real is None else ~q_real.view(B, 1, -1, 1)
+    pad_rows = None if q_real is None else ~q_real.view(B, 1, q_real.size(1), 1)
     mask = _combine(_allowed(k_real, L, S, False, 1, q.device), bias, pad_rows)
 
     datas = {}
@@ -302,7 +325,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         datas[id(q)], datas[id(k)], datas[id(v)], embed_dim_to_check, num_heads, in_proj_weight,
         in_proj_bias, bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
         training=training, key_padding_mask=None, need_weights=need_weights,
-        attn_mask=mask.reshape(B * H, L, S), use_separate_proj_weight=use_separate_proj_weight,
+        attn_mask=mask.reshape(B * H, L, S) if B else None, use_separate_proj_weight=use_separate_proj_weight,
         q_proj_weight=q_proj_weight, k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight,
         average_attn_weights=average_attn_weights, is_causal=False)
     out = new(_masked_rows(out.transpose(0, 1), q_real), q._mask, q.dims)

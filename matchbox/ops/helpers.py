@@ -78,6 +78,13 @@ def causal_mask(x, in_dim, out_dim):
     return new(out, x._mask, x.dims, bdim=x._bdim) if is_mb(x) else out
 
 
+@register_distinct(torch.is_floating_point, torch.Tensor.is_floating_point)
+def is_floating_point(input):
+    """Whether the examples' dtype is floating point (nn.MultiheadAttention
+    asks it of a key_padding_mask)."""
+    return input.dtype.is_floating_point
+
+
 def _like(fn):
     """``torch.zeros_like(x)`` and kin: a fresh value per entry, x's mask and dims."""
     def rule(input, *args, **kwargs):
@@ -198,7 +205,11 @@ def _sized(fill, name):
             data = torch.empty(shape, dtype=dtype, device=device)
         data.requires_grad_(requires_grad)
         mask = mask_from_lengths(lengths, data.shape, tuple(dims))
-        return new(data, mask, tuple(dims), zero=value == 0 and name != "empty", bdim=bdim)
+        # an example of size 0 holds a value (empty), which its mask cannot say
+        empty = any(bool((n == 0).any()) for n in lengths.values())
+        present = torch.ones(B, dtype=torch.bool, device=device) if empty else None
+        return new(data, mask, tuple(dims), zero=value == 0 and name != "empty", bdim=bdim,
+                   present=present)
     rule.__name__ = rule.__qualname__ = name
     return rule
 

@@ -1,5 +1,6 @@
 """Indexing: ``x[...]``, ``x[...] = v``, select, narrow, gather, index_select,
 take_along_dim, scatter/scatter_add/scatter_reduce, index_add, nonzero.
+(A boolean mask, ``x[x > 0]``: boolean_index.py.)
 
 Every index means what it means for one example:
 
@@ -28,7 +29,7 @@ entries of active lanes.
 import torch
 
 from .. import _lanes
-from ..core import MaskedBatch, derived, mask_from_lengths, squeezed, uncut
+from ..core import MaskedBatch, derived, mask_from_lengths, squeezed, storage_dim, uncut
 from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, fail_outside,
                         is_mb, lengths_presence, new, norm_dim, real_mask, register_distinct,
                         with_lanes)
@@ -80,7 +81,7 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     costs a clamp, a check and the gather.
     """
     B = x._data.size(0)
-    im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, -1)
+    im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, index.size(1))
     index, zero, whole = _checked(x, p, index, op, im, negative)
     data = gather_line(uncut(x), p, index)
     if zero is not None:
@@ -171,10 +172,10 @@ def _limits(x, p, negative):
 def _mask_limits(mask, p, n, negative):
     B, m = mask.size(0), mask.size(p)
     if m == 1:  # a static dim: n entries where the example holds a value
-        return _bounds(mask.reshape(B, -1).any(1, keepdim=True).long() * n, None, negative)
+        return _bounds(mask.reshape(B, mask.shape[1:].numel()).any(1, keepdim=True).long() * n, None, negative)
     # entries along p: (B, m), a view where the mask has no other dims
     rows = mask.reshape(B, m) if mask.shape[1:].numel() == m else \
-        mask.movedim(p, 1).reshape(B, m, -1).any(2)
+        mask.movedim(p, 1).reshape(B, m, mask.numel() // max(B * m, 1)).any(2)
     return _bounds(rows.sum(1, keepdim=True), None, negative)
 
 
@@ -206,7 +207,7 @@ def _per_example_index(x, p, idx, op, negative=True):
     shape = (1,) + tuple(data.shape[1:])
     m = idx._mask
     im = None if m is None else m.unsqueeze(1)
-    return take(x, p, data.reshape(data.size(0), -1), shape, op, im,
+    return take(x, p, data.reshape(data.size(0), data.shape[1:].numel()), shape, op, im,
                 (False,) + idx.dims, negative)
 
 
@@ -214,8 +215,8 @@ def _shared_index(x, p, t, op, negative=True):
     """``x`` indexed along ``p`` by one integer Tensor shared by every example."""
     if t.dtype == torch.bool:
         raise NotImplementedError(
-            f"{op}: boolean-mask indexing gives each example a different number of entries; "
-            f"matchbox cannot batch it. Use torch.where(mask, x, fill) to keep the shape.")
+            f"{op}: a boolean mask beside other indices is not supported; index with the mask "
+            f"alone, x[mask], or use torch.where(mask, x, fill) to keep the shape")
     if not x.dims[p - 1] or x._mask is None:
         idx = (slice(None),) * p + (t,)
         mask = x._mask
@@ -326,8 +327,9 @@ def _items(index, n):
     for it in index:
         if isinstance(it, bool) or (isinstance(it, torch.Tensor) and it.dtype == torch.bool):
             raise NotImplementedError(
-                "boolean-mask indexing gives each example a different number of entries; "
-                "matchbox cannot batch it. Use torch.where(mask, x, fill) to keep the shape.")
+                "a boolean mask beside other indices (x[:, mask]) is not supported; index with "
+                "the mask alone, x[mask] (each example's entries under True), or use "
+                "torch.where(mask, x, fill) to keep the shape")
         if isinstance(it, torch.Tensor) and it.dim() == 0 and not it.is_floating_point():
             it = int(it)
         elif isinstance(it, (list, range)):
@@ -423,7 +425,9 @@ def _index_shared_tensor(t, index):
     mask = idx._mask
     if mask is not None:
         mask = mask.reshape(mask.shape + (1,) * (data.dim() - i.dim()))
-    return new(data, mask, dims)
+    # per example the index's dims come first: its batch-of-one dim (or none,
+    # for one int per example: table[tok.item()] is (d,)) stays where it was
+    return new(data, mask, dims, bdim=idx._bdim)
 
 
 # ------------------------------------------------------------------ x[...] = v
@@ -580,17 +584,35 @@ def gather(input, dim, index, *, sparse_grad=False):
     return new(out, canon_mask(mask, out.shape, dims), dims)
 
 
+def _vector(index, op):
+    """Whether per-example ``index`` is a vector ``(k,)`` per example (else
+    one int); anything else raises, as torch does for one example."""
+    n = index.padded_data.dim()
+    if n == 2 and index._bdim is None:
+        return True
+    if n != 1:
+        raise ValueError(f"{op}: the index must be 0-D or 1-D per example; got per-example "
+                         f"shape {tuple(index.maxsize())}")
+    return False
+
+
 @register_distinct(torch.index_select, T.index_select)
 def index_select(input, dim, index):
     """``torch.index_select`` per example: ``index`` a 1-D Tensor shared by
-    every example, or a MaskedBatch of one int per example (data ``(B,)``)."""
+    every example, or a MaskedBatch of one int per example (data ``(B,)``)
+    or of a 1-D index per example, ``(k,)`` (``k`` may be dynamic)."""
     x = input if is_mb(input) else _as_batch(input, index, "index_select")
     d = norm_dim(x, dim, "index_select")
     if is_mb(index):
-        if index.padded_data.dim() != 1:
-            raise ValueError(
-                "index_select: a per-example index must be 1-D per example, i.e. a MaskedBatch "
-                f"with data (B,); got data of shape {tuple(index.padded_data.shape)}")
+        if _vector(index, "index_select"):
+            ix = index.padded_data.long()
+            out = take(x, d, ix, (ix.size(1),), "index_select", index._mask, index.dims,
+                       negative=False)
+            if index._present is not None:  # an empty index: say the result's other sizes
+                lengths = {j: index._lengths(1) if j == d else x._lengths(j)
+                           for j in range(1, out.padded_data.dim()) if out.dims[j - 1]}
+                out._present, out._sizes = lengths_presence(lengths, x)
+            return out
         return _per_example_index(x, d, index, "index_select", negative=False)
     if index.dim() > 1:
         raise ValueError("index_select: index must be a 1-D Tensor")
@@ -600,16 +622,8 @@ def index_select(input, dim, index):
     return new(x.padded_data.index_select(d, index), x._mask, x.dims)
 
 
-@register_distinct(torch.masked_select, T.masked_select)
-def masked_select(input, mask):
-    raise NotImplementedError(
-        "masked_select returns a different number of entries for each example, so matchbox "
-        "cannot batch it. Use torch.where(mask, x, fill) to keep the shape, or a reduction "
-        "over the masked entries.")
-
-
 __all__ = ["getitem", "setitem", "take", "gather", "index_select", "select", "narrow",
-           "masked_select", "take_along_dim", "scatter", "scatter_add", "scatter_reduce",
+           "take_along_dim", "scatter", "scatter_add", "scatter_reduce",
            "index_add", "nonzero"]
 
 
@@ -736,29 +750,32 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
 @register_distinct(torch.index_add, T.index_add)
 def index_add(input, dim, index, source, *, alpha=1):
     """``torch.index_add`` per example as a ``scatter_add``: the 1-D index (a
-    Tensor shared by every example, or a MaskedBatch of one int per
-    example, data ``(B,)``) spread over ``source``'s entries along ``dim``."""
+    Tensor shared by every example, or a MaskedBatch of one int or one
+    vector ``(k,)`` per example) spread over ``source``'s entries along
+    ``dim``."""
     ref = input if is_mb(input) else source
     d = norm_dim(ref, dim, "index_add")
     src = source if is_mb(source) else _as_batch(source, ref, "index_add")
     if is_mb(index):
-        if index.padded_data.dim() != 1:
-            raise ValueError("index_add: a per-example index must be 1-D per example, i.e. one "
-                             f"int per example (data (B,)); got {tuple(index.padded_data.shape)}")
-        ix, k = index.padded_data, 1
+        ix = index.padded_data if _vector(index, "index_add") else index.padded_data[:, None]
+        k = index.size_as_tensor(0).padded_data if ix is index.padded_data else 1
+        if index._mask is not None:  # (padding entries index row 0: their source is not real)
+            ix = torch.where(index._mask.reshape(ix.shape[0], -1), ix, 0)
     else:
         if index.dim() != 1:
             raise ValueError("index_add: index must be a 1-D Tensor")
-        ix, k = index.to(src.padded_data.device), index.numel()
+        ix, k = index.to(src.padded_data.device)[None], index.numel()
     lens = src._lengths(d)
     fail_if(lens != k, lambda _: RuntimeError(
         f"index_add: source has per-example sizes {lens.tolist()} along dimension {d} but the "
-        f"index has {k} entries"), f"index_add: source and index sizes differ along dimension {d}")
-    view = [ix.size(0) if is_mb(index) else 1] + [1] * (src.padded_data.dim() - 1)
-    view[d] = k if not is_mb(index) else 1
-    ix = ix.long().view(view).expand(src.padded_data.shape[:d] + (k,) + src.padded_data.shape[d + 1:])
-    src = new(src.padded_data.narrow(d, 0, k), src._mask if src._mask is None or src._mask.size(d) == 1
-              else src._mask.narrow(d, 0, k), src.dims)
+        f"index has {k if isinstance(k, int) else k.tolist()} entries"),
+        f"index_add: source and index sizes differ along dimension {d}")
+    K = ix.size(1)
+    view = [ix.size(0)] + [1] * (src.padded_data.dim() - 1)
+    view[d] = K
+    ix = ix.long().view(view).expand(src.padded_data.shape[:d] + (K,) + src.padded_data.shape[d + 1:])
+    src = new(src.padded_data.narrow(d, 0, K), src._mask if src._mask is None or src._mask.size(d) == 1
+              else src._mask.narrow(d, 0, K), src.dims)
     return scatter_add(input, d, new(ix, src._mask, src.dims), src if alpha == 1 else src * alpha)
 
 
@@ -766,13 +783,13 @@ def index_add(input, dim, index, source, *, alpha=1):
 @register_distinct(torch.nonzero, T.nonzero, torch.argwhere, T.argwhere)
 def nonzero(input, *, out=None, as_tuple=False):
     """The indices of each example's non-zero real entries: per example
-    ``(N, ndim)`` (``ndim`` counts the leading 1, whose index is 0), as
-    torch gives, with ``N`` dynamic.  The result has no batch-of-one
-    dimension (``batch_dim`` None): storage ``(B, N, ndim)``."""
+    ``(N, ndim)`` (``ndim`` counts its batch-of-one dimension, if any, whose
+    index is 0), as torch gives, with ``N`` dynamic.  The result has no
+    batch-of-one dimension (``batch_dim`` None): storage ``(B, N, ndim)``."""
     if out is not None:
         raise NotImplementedError("nonzero: the out= argument is not supported on a MaskedBatch")
     x = input
-    B, n = x.padded_data.size(0), x.padded_data.dim()
+    B, n = x.padded_data.size(0), x.dim()
     hit = x.padded_data != 0
     m = real_mask(x)
     rows = (hit if m is None else hit & m).nonzero()
@@ -780,7 +797,10 @@ def nonzero(input, *, out=None, as_tuple=False):
     N = int(counts.max()) if B else 0
     pos = torch.arange(rows.size(0), device=rows.device) - (counts.cumsum(0) - counts)[rows[:, 0]]
     data = rows.new_zeros(B, N, n)
-    data[rows[:, 0], pos] = torch.cat([torch.zeros_like(rows[:, :1]), rows[:, 1:]], 1)
+    # each example's dim u is storage column storage_dim(u) of rows (0: its batch-of-one, index 0)
+    cols = [storage_dim(x, u) for u in range(n)]
+    data[rows[:, 0], pos] = torch.where(torch.tensor(cols, device=rows.device) == 0, 0,
+                                        rows[:, cols])
     present, _ = lengths_presence({1: counts}, x)  # no non-zero entry: present, (0, ndim)
     if as_tuple:
         mask = mask_from_lengths({1: counts}, (B, N), (True,))

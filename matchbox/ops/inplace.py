@@ -143,7 +143,7 @@ def write_in_place(x, compute, args=(), kwargs=None, op="in-place op", cast=True
             f"would write every example into the same shared Tensor; make the target a "
             f"MaskedBatch (x.new_zeros(1, ...), torch.zeros_like(x)) or write it out of place")
     kwargs = kwargs or {}
-    data, cut, lanes = x._data, x._cut, active_lanes()
+    data, lanes = x._data, active_lanes()  # (a read: the storage it reads)
     B = data.size(0)
     if lanes is not None and lanes.size(0) != B:
         raise ValueError(f"{op}: the batch holds {B} examples but {lanes.size(0)} lanes run")
@@ -156,7 +156,6 @@ def write_in_place(x, compute, args=(), kwargs=None, op="in-place op", cast=True
     if lanes is not None and base.requires_grad:
         src._cut = lanes  # the active lanes compute; the dormant ones add no gradient
     out = compute(src, *args, **kwargs)
-    x._data, x._cut = data, cut  # reading x as an operand may have cut its data
     if not is_mb(out):
         raise TypeError(f"{op}: the out-of-place rule gave a {type(out).__name__}, not a MaskedBatch")
     value = out.padded_data

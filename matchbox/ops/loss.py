@@ -253,7 +253,7 @@ def _class_reduce(loss, td, real, pos, reduction, weight, ignore_index, present=
     denom = None
     if reduction == "mean":
         w = _class_weights(td, real, weight, ignore_index, loss.dtype)
-        denom = w.reshape(w.size(0), -1).sum(1)
+        denom = w.reshape(w.size(0), w.shape[1:].numel()).sum(1)
     return _per_example(loss, real, pos, reduction, denom, present)
 
 

@@ -15,6 +15,7 @@ import string
 import torch
 
 from .._lanes import batch_size_hint
+from ..core import mask_from_lengths
 from ._registry import (canon_mask, check_same_lengths, fail_if, is_mb, keep, neutralize, new,
                         register, with_lanes)
 
@@ -83,6 +84,18 @@ def _meet(x, i, y, j, op, broadcast):
             dyn.narrow(di, s)
 
 
+def _empty_contraction(side, i, kept):
+    """``kept``, a side's mask reduced over its contracted position ``i``,
+    real also in the examples of length 0 there (``x.mT @ y`` of an empty
+    example), whose product over nothing is 0, a value, when the side's
+    other dims are static (their entries are all real)."""
+    if not side.flags[i] or side.o._present is None \
+            or any(f for k, f in enumerate(side.flags) if k != i):
+        return kept
+    empty = side.o._lengths(side.src[i]) == 0
+    return kept | empty.view((-1,) + (1,) * (kept.dim() - 1))
+
+
 def _matmul(a, b, op="matmul"):
     if is_mb(a) and is_mb(b) and a.padded_data.size(0) != b.padded_data.size(0):
         raise ValueError(f"{op}: batch sizes differ ({a.padded_data.size(0)} vs {b.padded_data.size(0)})" + batch_size_hint())
@@ -102,8 +115,10 @@ def _matmul(a, b, op="matmul"):
     mask = None
     if x.mask is not None:
         mask = x.mask.any(-1, keepdim=True) if x.mask.size(-1) > 1 else x.mask
+        mask = _empty_contraction(x, q - 1, mask)
     if y.mask is not None:
         my = y.mask.any(-2, keepdim=True) if y.mask.size(-2) > 1 else y.mask
+        my = _empty_contraction(y, q - 2, my)
         mask = my if mask is None else mask & my
     real = with_lanes(mask, q + 1)
     if real is not None:  # padding gets exactly zero gradient downstream of here
@@ -274,7 +289,13 @@ def einsum(*args):
     res = torch.einsum(f"{subs}->{z}{''.join(out)}", *datas)
     dims = [c in owner for c in out]
     mask = None
-    if masks:  # contract the masks as the data: real where some real product contributes
+    if masks and any(o._present is not None for o in mbs):
+        # an example of length 0 somewhere: its contractions over nothing are
+        # 0, values; each kept letter is real below its own length
+        lengths = {1 + k: owner[c][0]._lengths(owner[c][1]) for k, c in enumerate(out)
+                   if c in owner}
+        mask = mask_from_lengths(lengths, res.shape, dims)
+    elif masks:  # contract the masks as the data: real where some real product contributes
         seen = [c for c in out if any(c in s for s in msubs)]
         mask = torch.einsum(f"{','.join(msubs)}->{z}{''.join(seen)}", *masks) > 0
         mask = mask.reshape([B] + [mask.size(1 + seen.index(c)) if c in seen else 1 for c in out])

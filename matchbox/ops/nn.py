@@ -110,7 +110,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     mask = input._mask
     if mask is not None:
         mask = mask.unsqueeze(-1)
-    return new(out, mask, tuple(input.dims) + (False,), zero=m is not None)
+    return new(out, mask, tuple(input.dims) + (False,), zero=m is not None, present=input._present,
+               sizes=input._sizes)
 
 
 @register(F.embedding_bag)

@@ -52,6 +52,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     running-stat updates over the real entries of the whole batch (as over the
     concatenated examples); eval mode per example."""
     _check(input, "batch_norm", (running_mean, running_var, weight, bias))
+    if input.padded_data.size(0) == 0:  # no example: nothing to normalize or to count in the stats
+        return new(input.padded_data.clone(), input._mask, input.dims)
     m = real_mask(input)
     if m is None:
         return new(F.batch_norm(input.padded_data, running_mean, running_var, weight, bias, training,

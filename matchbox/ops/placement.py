@@ -11,17 +11,21 @@ turns the op's dimension arguments into storage dims (``core.storage_dim``,
 the one map), calls the rule, and labels the result with where the
 batch-of-one dimension went.
 
-An op with no adapter refuses operands whose batch-of-one dimension is not
-at 0 (``unplaced``), naming the op and the fix.
+An op with no adapter for its operands' batch-of-one dimensions
+(``unplaced``) runs through the general fallback (ops/fallback.py).
 """
 import inspect
 import math
 
 import torch
 
-from ..core import PLACEMENTS, RULES, MaskedBatch, adopt, relabel, squeezed, storage_dim
+from ..core import (PLACEMENTS, RULES, MaskedBatch, Unplaced, adopt, relabel, squeezed,
+                    storage_dim, unlabeled)
 from ._registry import func_name, is_mb
+from .boolean_index import select_rows
 from .indexing import put
+from .lanes import Items
+from .softmax import implicit_dim
 
 __all__ = ["unplaced"]
 
@@ -31,7 +35,7 @@ F = torch.nn.functional
 
 def unplaced(func, args):
     where = sorted({a._bdim for a in _batches(args) if a._bdim != 0}, key=str)
-    return NotImplementedError(
+    return Unplaced(
         f"{func_name(func)} has no rule yet for values whose batch-of-one dimension is "
         f"{'absent' if where == [None] else f'at position {where}'} (matchbox/ops/placement.py "
         f"lists the ops that have one). Move it to the front first: x.unsqueeze(0) where "
@@ -169,19 +173,47 @@ def _unplaced_one(a):
                             a._zero, None)
 
 
+def _agree(a, p, rank, op):
+    """MaskedBatch ``a`` read with its batch-of-one dimension at ``p`` (None:
+    read as a plain size 1) when its examples have ``rank`` dims and a
+    static 1 there: the same values per example, so operands whose examples
+    have the same shape work together whatever their labels.  As it is
+    otherwise (the op's own checks then speak)."""
+    if not is_mb(a) or a._bdim == p or a.dim() != rank:
+        return a
+    if p is None:
+        return _unplaced_one(a)
+    try:
+        return adopt(a, p, func_name(op))
+    except ValueError:
+        return a
+
+
+def _agree_all(args, kwargs, x, op):
+    """``_agree`` every operand after ``x`` (the first) with ``x``."""
+    p, n = x._bdim, x.dim()
+    return ((args[0],) + tuple(_agree(a, p, n, op) for a in args[1:]),
+            {k: _agree(v, p, n, op) for k, v in kwargs.items()})
+
+
 class Broadcast(_Adapter):
     """Elementwise ops: operands broadcast from the right, so the
     batch-of-one dimension stays the same distance from the end."""
 
     def __call__(self, func, rule, args, kwargs):
         op = func
+        batches = [a for a in list(args) + list(kwargs.values()) if is_mb(a)]
+        if len({a._bdim for a in batches}) > 1:  # those of one shape take one label
+            x = max(batches, key=lambda a: a.dim())
+            args = tuple(_agree(a, x._bdim, x.dim(), op) for a in args)
+            kwargs = {n: _agree(v, x._bdim, x.dim(), op) for n, v in kwargs.items()}
         k = _right_offset(list(args) + list(kwargs.values()), op)
         if k is not None and _meets_batch_dim(list(args) + list(kwargs.values()), k):
             # per example, the batch-of-one dimension broadcasts against a size
             # other than 1 (lanes made by x.join_dims(0, d) meeting a (1, ...)
             # value): as in PyTorch, the result has no batch-of-one dimension
-            args = tuple(_unplaced_one(a) for a in args)
-            kwargs = {n: _unplaced_one(v) for n, v in kwargs.items()}
+            args = tuple(unlabeled(a) for a in args)
+            kwargs = {n: unlabeled(v) for n, v in kwargs.items()}
             k = None
         if k is None:
             # no operand has a batch-of-one dimension: the result has the rank
@@ -233,12 +265,31 @@ class Rowwise(_Adapter):
             raise ValueError(
                 f"{func_name(func)}: works on the last {trailing} dimension(s) of each example, "
                 f"which include its batch-of-one dimension (at {p} of {x.dim()}); move it first")
+        args, kwargs = _agree_all(args, kwargs, x, func)
         others = [a for a in list(args[1:]) + list(kwargs.values()) if is_mb(a) and a._bdim != p]
         if others:
             raise unplaced(func, args)
         args = tuple(relabel(a, 0) if is_mb(a) else a for a in args)
         kwargs = {n: relabel(v, 0) if is_mb(v) else v for n, v in kwargs.items()}
         return _label(rule(*args, **kwargs), p, args)
+
+
+class Channels(_Adapter):
+    """prelu: the weight applies along dimension 1 of each example, its
+    channels (one channel where it has fewer dims or where dimension 1 is
+    its batch-of-one dimension); moved to storage dim 1 for the rule."""
+
+    def __call__(self, func, rule, args, kwargs):
+        x, weight = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+        s = storage_dim(x, 1) if x.dim() >= 2 else 0
+        if weight.numel() != 1 and s == 0:
+            raise RuntimeError(f"{func_name(func)}: Mismatch of parameter numbers and input channel "
+                               f"size. Found parameter numbers = {weight.numel()} and channel size = 1.")
+        y = relabel(x, 0)
+        if s <= 1:
+            return _label(rule(y, weight), x._bdim, (x, y))
+        move = _rule(torch.movedim)
+        return _label(move(rule(move(y, s, 1), weight), 1, s), x._bdim)
 
 
 def _dim_to_storage(x, d, op):
@@ -253,8 +304,10 @@ class Dims(_Adapter):
     """Ops whose dimension arguments (``params``) name dims of the first
     operand.  ``reduce=True``: those dims are removed unless ``keepdim``
     (with no dim, every one: a 0-dim result per example); otherwise every
-    dim keeps its place.  The batch-of-one dimension itself may not be
-    named (a rule over a dim of size 1 per example is refused)."""
+    dim keeps its place.  ``implicit``: the dim picked from each example's
+    rank when none is given (softmax's legacy rule).  The batch-of-one
+    dimension itself may be named only where the rule takes storage dim 0
+    as that size-1 dim (``size_one``); elsewhere it is refused."""
 
     def __init__(self, *params, reduce=False, keepdim="keepdim", full=True, **options):
         super().__init__(*params, **options)
@@ -280,6 +333,9 @@ class Dims(_Adapter):
             d, i = self.arg(rule, args, kwargs, name)
             if isinstance(d, bool):  # var(x, unbiased): the overload with no dim
                 d = None
+            if d is None and "implicit" in self.options:
+                d = self.options["implicit"](x.dim())
+                args, kwargs = self.replace(args, kwargs, name, i, d)
             if isinstance(d, (torch.Tensor, MaskedBatch)):  # max(x, y): elementwise
                 return Broadcast()(func, rule, args, kwargs)
             if d is not None:
@@ -288,14 +344,20 @@ class Dims(_Adapter):
                 named += [storage_dim(x, j, op) for j in ds]
                 if p != 0:
                     args, kwargs = self.replace(args, kwargs, name, i, _dim_to_storage(x, d, op))
+        args, kwargs = _agree_all(args, kwargs, x, op)  # gather's index, scatter's src ...
+        if any(is_mb(a) and a._bdim != p and a.dim() == x.dim()
+               for a in list(args[1:]) + list(kwargs.values())):
+            raise unplaced(func, args)
         if p == 0 and not (self.reduce and all_dims):
             return rule(*args, **kwargs)
-        if 0 in named and p != 0:
+        if 0 in named and p != 0 and not self.options.get("size_one"):
             raise ValueError(
                 f"{func_name(op)} over dimension {p} of each example, its batch-of-one dimension: move it "
                 f"first (x.movedim({p}, 0)) or name another dimension")
-        args = (relabel(x, 0),) + tuple(relabel(a, 0) if is_mb(a) and a._bdim == p else a
-                                        for a in args[1:])
+        # (operands laid out as x; a 1-D index of index_select / index_add is not)
+        args = (relabel(x, 0),) + tuple(
+            relabel(a, 0) if is_mb(a) and a._bdim == p and a.dim() == x.dim() else a
+            for a in args[1:])
         out = rule(*args, **kwargs)
         if not self.reduce:
             return _label(out, p, args)
@@ -312,7 +374,9 @@ class Loss(_Adapter):
     example) unless ``reduction='none'``.  A class-dim loss
     (cross_entropy, nll_loss) on input with no batch-of-one dimension,
     ``(N, C)`` per example as after ``logits.view(-1, C)``, runs as the
-    K-dim loss ``(1, C, N)``."""
+    K-dim loss ``(1, C, N)``.  A target whose examples have the input's
+    shape (or, for class indices, its shape without the class dim) takes
+    the input's label."""
     always = True
 
     def __call__(self, func, rule, args, kwargs):
@@ -320,6 +384,12 @@ class Loss(_Adapter):
         red, _ = self.arg(rule, args, kwargs, "reduction", "mean")
         p = x._bdim if is_mb(x) else 0
         op = func
+        t, i = self.arg(rule, args, kwargs, "target")
+        if is_mb(x) and is_mb(t) and t._bdim != p:
+            u = _agree(t, p, x.dim(), op)
+            if self.options.get("classes") and p in (0, None):  # (1, C) input, (1,) target
+                u = _agree(u, p, x.dim() - 1, op)
+            args, kwargs = self.replace(args, kwargs, "target", i, u)
         moved = False
         if p != 0 and red == "batchmean" and x.dim() > 0:
             # 'batchmean' divides by size(0) of each example, its own first dim here
@@ -521,6 +591,9 @@ class View(_Adapter):
         if p is None:
             return 0 if sizes and sizes[0] == 1 else None
         shape = x.maxsize()
+        if -1 in sizes and not any(x.dims):  # every example has the size the -1 stands for
+            known = math.prod(s for s in sizes if s != -1)
+            sizes = [math.prod(shape) // known if s == -1 and known else s for s in sizes]
         dyn_before = any(x.dims[storage_dim(x, u) - 1] for u in range(p))
         before = None if dyn_before else math.prod(shape[:p])
 
@@ -639,6 +712,9 @@ class Index(_Adapter):
 
     def __call__(self, func, rule, args, kwargs):
         x, index = args[0], args[1]
+        mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+        if isinstance(mask, (torch.Tensor, MaskedBatch)) and mask.dtype == torch.bool and mask.dim():
+            return self.boolean(x, mask)
         if not is_mb(x):
             return rule(*args, **kwargs)
         if x._bdim == 0:  # the batch-of-one dimension at 0 and kept: the rule as is
@@ -648,6 +724,19 @@ class Index(_Adapter):
         index, q = self.storage_index(func, args, x, index)
         y = relabel(x, 0)
         return _label(rule(y, index), q, (x, y))
+
+    @staticmethod
+    def boolean(x, mask):
+        """``x[mask]``: the rows where a bool ``mask`` over each example's
+        first ``k`` dims holds; the batch-of-one dimension is kept only
+        where it lies after them."""
+        p = x._bdim if is_mb(x) else None
+        if not is_mb(x):  # a plain Tensor: one value every example shares
+            x = MaskedBatch._new(x.expand((mask.batch_size,) + tuple(x.shape)), None,
+                                 (False,) * x.dim(), bdim=None)
+        k = mask.dim()
+        out = select_rows(_unplaced_one(x), _unplaced_one(mask), "x[mask]")
+        return out if p is None or p < k else adopt(out, p - k + 1, "x[mask]")
 
     @staticmethod
     def storage_index(func, args, x, index):
@@ -706,7 +795,7 @@ class SetItem(_Adapter):
         def place(sel, v):
             sel = _label(sel, q)
             if q is None:  # the value's batch-of-one dimension, if any, broadcasts as a 1
-                v = _unplaced_one(v)
+                v = unlabeled(v)
             return _to_front(v, _right_offset([sel, v], func), func)
         x.padded_data = put(relabel(x, 0), storage, value, "x[...] = v", place=place)
 
@@ -797,8 +886,10 @@ _declare(Dims("dim", reduce=True), torch.sum, T.sum, torch.mean, T.mean, torch.p
          T.argmin, torch.any, T.any, torch.all, T.all, torch.count_nonzero, T.count_nonzero,
          torch.median, T.median, torch.linalg.vector_norm, torch.norm, T.norm)
 _declare(Dims("dim", reduce=True, full=False), torch.kthvalue, T.kthvalue)
-_declare(Dims("dim"), torch.softmax, T.softmax, F.softmax, torch.log_softmax, T.log_softmax,
-         F.log_softmax, F.softmin, torch.cumsum, T.cumsum, torch.cumprod, T.cumprod,
+_declare(Dims("dim", implicit=implicit_dim, size_one=True), torch.softmax, T.softmax, F.softmax,
+         torch.log_softmax, T.log_softmax, F.log_softmax, F.softmin, torch.special.softmax,
+         torch.special.log_softmax)
+_declare(Dims("dim"), torch.cumsum, T.cumsum, torch.cumprod, T.cumprod,
          torch.sort, T.sort, torch.argsort, T.argsort, torch.topk, T.topk, torch.gather, T.gather,
          torch.index_select, T.index_select, F.normalize, F.glu)
 _declare(Dims("dims", varargs=True), torch.flip, T.flip)
@@ -832,17 +923,33 @@ _declare(Loss(classes=True), F.cross_entropy, F.nll_loss)
 _declare_module(Loss(), "matchbox.ops.loss")
 _declare(Rowwise(trailing=0), F.embedding, F.one_hot, F.dropout, F.alpha_dropout,
          F.feature_alpha_dropout, torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout)
-_declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.prelu, F.bilinear,
-         torch.bilinear)
+_declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.bilinear, torch.bilinear)
+_declare(Channels(), F.prelu, torch.prelu, getattr(T, "prelu", None))
 _declare(Rowwise(trailing=2), torch.tril, T.tril, torch.triu, T.triu)
 _declare_module(Broadcast(), "matchbox.ops.pointwise")
-_declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.empty, torch.full)
+_declare(Own(), F.multi_head_attention_forward, torch.zeros, torch.ones, torch.empty, torch.full,
+         torch.masked_select, T.masked_select, torch.is_floating_point)
+_declare(Own(), torch.nonzero, T.nonzero, torch.argwhere, T.argwhere)
 _declare(Own(), torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch.lstm_cell,
          torch.gru_cell, torch.rnn_tanh_cell, torch.rnn_relu_cell)
 _declare_module(Own(), "matchbox.ops.inplace", skip=(T.copy_, T.index_put_, torch.index_put_))
+_declare(Own(), torch.autograd.grad, torch.autograd.backward)
 _declare(Rowwise(trailing=0), torch.zeros_like, torch.ones_like, torch.full_like,
          torch.empty_like, torch.rand_like, torch.randn_like, torch.randint_like)
 _declare(Made(), T.new_zeros, T.new_ones, T.new_full, T.new_empty, T.new_tensor, T.new)
 _declare(Matmul(), torch.matmul, T.matmul, T.__matmul__, torch.bmm, T.bmm)
 _declare(Broadcast(), T.masked_fill)
 _declare(Rowwise(trailing=2), F.scaled_dot_product_attention)
+# the input's dim 0 is the module's batch: examples may hold items there (ops/lanes.py)
+_declare(Items(1), torch.conv1d, torch.conv_transpose1d, F.max_pool1d, F.max_pool1d_with_indices,
+         torch.max_pool1d, torch.max_pool1d_with_indices, F.avg_pool1d, torch.avg_pool1d,
+         F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d, F.adaptive_max_pool1d,
+         F.adaptive_max_pool1d_with_indices, torch.adaptive_max_pool1d)
+_declare(Items(2), torch.conv2d, torch.conv_transpose2d, F.max_pool2d, F.max_pool2d_with_indices,
+         torch.max_pool2d, torch._C._nn.max_pool2d_with_indices, F.avg_pool2d,
+         torch._C._nn.avg_pool2d, F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d,
+         F.adaptive_max_pool2d, F.adaptive_max_pool2d_with_indices,
+         torch._C._nn.adaptive_max_pool2d)
+_declare(Items(3), torch.conv3d)
+_declare(Items(), F.batch_norm, F.instance_norm, F.group_norm)
+_declare(Items("pad"), F.pad, torch._C._nn.pad)

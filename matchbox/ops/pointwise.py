@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core import MaskedBatch
-from ._registry import align, is_mb, neutralize, new, register, register_distinct
+from ._registry import RULES, align, is_mb, neutralize, new, register, register_distinct
 
 T = torch.Tensor
 
@@ -179,9 +179,15 @@ for _name in UNARY:
                                    keeps_zero=_name in ZERO_AT_ZERO))
 _register_all([T.__invert__], _unary(torch.bitwise_not))
 for _name, _safe in UNARY_SAFE.items():
-    _fns = _torch_fns(_name)
+    _fns = [f for f in _torch_fns(_name) if f is not T.polygamma]  # (its own rule, below)
     if _fns:
         _register_all(_fns, _unary(getattr(torch, _name, None) or getattr(T, _name), _safe))
+
+
+@register_distinct(T.polygamma)
+def polygamma(x, n):
+    """``x.polygamma(n)`` is ``torch.polygamma(n, x)``."""
+    return RULES[torch.polygamma](n, x)
 
 
 

@@ -27,6 +27,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .._lanes import active_lanes, batch_size_hint
 from ..core import adopt
 from . import _registry
+from .lanes import Lanes, nested
 from ._registry import (is_mb, keep, new, real_mask, register, scatter_rows, true_rows, uncut,
                         with_lanes)
 
@@ -162,7 +163,7 @@ def _packed(f, input, hx, params, has_biases, num_layers, dropout, train, bidire
     output (B, n, D*H) and the final states in torch layout (L*D, B, H)."""
     x, B, n = input.padded_data, input.padded_data.size(0), input.padded_data.size(1)
     real = real_mask(input)
-    if real is None:  # every step of every example is real: one plain call
+    if real is None or B == 0:  # every step of every example is real (or no example): one plain call
         res = f(x, hx if len(hx) > 1 else hx[0], params, has_biases, num_layers, dropout,
                 train, bidirectional, True)
         return res[0], list(res[1:])
@@ -208,9 +209,20 @@ def _state(h, B, opname):
 def _layer(f, opname):
     def rule(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
         hx = tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
+        m = 0 if batch_first else 1  # each example's own batch: its items (ops/lanes.py)
+        if is_mb(input) and input.dim() == 3 and nested(input, m):
+            items = Lanes(input, m, opname)
+            hx = tuple(items.fold(h, 1) if is_mb(h) else items.plain(h, 1) for h in hx)
+            return items.run(rule, items.fold(input, m), hx if len(hx) > 1 else hx[0], params,
+                             has_biases, num_layers, dropout, train, bidirectional, batch_first)
         if is_mb(input):
-            input = adopt(input, 0 if batch_first else 1,
-                          f"{opname} (batch_first={batch_first}): the input")
+            try:
+                input = adopt(input, m, f"{opname} (batch_first={batch_first}): the input")
+            except ValueError as e:
+                raise ValueError(
+                    f"{e}: build the layer with batch_first={not batch_first} for such "
+                    f"examples (examples with no batch-of-one dimension run their dimension {m} "
+                    f"as a batch of sequences each, as torch does)") from None
         _check_layer(opname, input, hx, params, has_biases, batch_first)
         B = input.padded_data.size(0)
         hx = tuple(_state(h, B, opname) for h in hx)

@@ -33,9 +33,11 @@ dynamic dimension):
   its present elements in order, even when an absent one comes before a
   present one;
 - ops that return pieces of a dynamic dimension (unbind, split with an int
-  size) return as many pieces as the longest example has; a piece an example
-  does not have is a batch whose mask is False in that lane, which the
-  ``@batch`` runtime uses as the active lanes of a ``for`` iteration;
+  size, chunk) give each example its own pieces, as a per-example list: as
+  many as the longest example has, a piece an example does not have being a
+  batch that holds no value in that lane, which the ``@batch`` runtime uses
+  as the active lanes of a ``for`` iteration (``tensor_split``, whose count
+  is the same for every example, runs through the general fallback);
 - flip reverses each example's real prefix and roll rolls it (gathers);
   cumsum/cumprod/cummax/cummin/logcumsumexp and diff over a dynamic dim mask
   their output with ``where`` so gradients arriving at padding (possibly NaN)
@@ -55,6 +57,7 @@ from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, lengths_presence, 
                         norm_dim, prefix_mask, real_mask, register_distinct)
 from ._gather import select_rows
 from .helpers import helper
+from .steps import Steps
 from ..core import MaskedBatch, derived, relabel, storage_dim
 
 T = torch.Tensor
@@ -156,7 +159,9 @@ def _permuted(x, perm, op):
     if perm == list(range(len(perm))):
         return x
     mask = None if x._mask is None else x._mask.permute(perm)
-    return new(x.padded_data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero)
+    sizes = None if x._sizes is None else {perm.index(d): n for d, n in x._sizes.items()}
+    return new(x.padded_data.permute(perm), mask, tuple(x.dims[p - 1] for p in perm[1:]), x._zero,
+               present=x._present, sizes=sizes)
 
 
 # ------------------------------------------------------------------ transpose / permute
@@ -605,7 +610,21 @@ def cat(sequence, dim=0, *, axis=None, out=None):
     dynamic = False
     if not any(p.dims[d - 1] for p in parts) and _items(sequence, parts):
         dynamic = _items_differ([lanes_present(p) for p in parts], ref.padded_data)[0]
+        return _joined(_cat(parts, d, "cat", dynamic), parts)
     return _cat(parts, d, "cat", dynamic)
+
+
+def _joined(out, parts, pres=None):
+    """``out``, the join of items each example holds some of (stack, cat of
+    a per-example sequence), holds a value where an example holds any
+    item (said here where an item says where it is held: keep_presence
+    would want every item)."""
+    if all(p._present is None for p in parts):
+        return out
+    pres = [lanes_present(p, False) for p in parts] if pres is None else pres
+    ones = torch.ones(out._data.size(0), dtype=torch.bool, device=out._data.device)
+    out._present = torch.stack([ones if p is None else p for p in pres]).any(0)
+    return out
 
 
 def _items(sequence, parts):
@@ -643,8 +662,9 @@ def stack(sequence, dim=0, dynamic=None, *, out=None):
         gaps, held = any(p is not None for p in pres[:-1]), None
     shape = ref.padded_data.shape
     if all(p.padded_data.shape == shape and not any(p.dims) for p in parts):
-        return _stack_static(parts, pres, held, d, bool(dynamic), gaps)
-    return _cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic)
+        return _joined(_stack_static(parts, pres, held, d, bool(dynamic), gaps), parts, pres)
+    return _joined(_cat([_unsqueeze(p, d, bool(dynamic)) for p in parts], d, "stack", dynamic),
+                   parts, pres)
 
 
 def _items_differ(pres, like):
@@ -707,38 +727,56 @@ def unbind(x, dim=0):
         m = x._mask.squeeze(d)
         return tuple(new(t, m, dims) for t in datas)
     steps = [new(t, m, dims) for t, m in zip(datas, x._mask.unbind(d))]
-    if x._present is not None:  # step i exists where an example is longer than i
-        lens = x._lengths(d)
-        for i, step in enumerate(steps):
-            step._present = x._present & (lens > i)
+    # step i exists where an example is longer than i (an op that joins it
+    # with a value the other examples hold raises: _registry.keep_presence)
+    lens = x._lengths(d)
+    for i, step in enumerate(steps):
+        step._present = lens > i if x._present is None else x._present & (lens > i)
     return Steps(steps).of(x, d)
 
 
-class Steps(tuple):
-    """The steps of ``x.unbind(d)`` over a dynamic dim: the i-th exists in
-    the examples longer than i.  Plain ``reversed()`` walks them in padded
-    order; ``@batch``'s ``reversed`` calls ``per_example_reversed()``,
-    whose i-th step is each example's own i-th from last (so every
-    example starts at once and lists appended in the loop stay aligned)."""
+class Pieces(tuple):
+    """The pieces of ``x.split(size, d)`` / ``x.chunk(n, d)`` along a
+    dynamic dim: a per-example list, whose ``k``-th piece exists in the
+    examples that have ``k + 1`` pieces or more and holds no value in the
+    others.  ``@batch``'s for loop runs each example over its own pieces
+    (``presences``); ``torch.cat`` / ``F.stack`` join each example's own."""
 
-    def of(self, x, d):
-        self._source = (x, d)
+    def of(self, exists):
+        self._exists = exists
         return self
 
-    def per_example_reversed(self):
-        x, d = self._source
-        return unbind(torch.flip(x, (d,)), d)
-
     def presences(self):
-        """``(B, n)`` bool: which examples hold each step."""
-        x, d = self._source
-        return prefix_mask(x, d)
+        """``(B, K)`` bool: which examples hold each piece."""
+        return self._exists.t()
+
+
+def _pieces(x, d, starts, lens, exists):
+    """The pieces of MaskedBatch ``x`` along its dynamic dim ``d``: piece
+    ``k`` of example ``b`` is its entries ``starts[k, b]`` on, ``lens[k, b]``
+    of them, and exists where ``exists[k, b]`` (``(K, B)`` Tensors)."""
+    data, n = x.padded_data, x.padded_data.size(d)
+    mask, present = _full_mask(x, d), x._present
+    sizes = lens.max(1).values.clamp(min=1).tolist()
+    pos = torch.arange(max(sizes), device=data.device)
+    out = []
+    for k, size in enumerate(sizes):
+        idx = (starts[k].unsqueeze(1) + pos[:size]).clamp(max=n - 1)
+        inside = (pos[:size] < lens[k].unsqueeze(1)).view(
+            [idx.size(0)] + [size if i == d else 1 for i in range(1, data.dim())])
+        m = gather_line(mask, d, idx) & inside & exists[k].view([-1] + [1] * (data.dim() - 1))
+        p = exists[k] if present is None else exists[k] & present
+        out.append(new(gather_line(data, d, idx), m, x.dims,
+                       present=p if bool(((lens[k] == 0) & p).any()) else None))
+    return Pieces(out).of(exists)
 
 
 @register_distinct(torch.split, T.split)
 def split(x, split_size_or_sections, dim=0):
-    """Per-example split.  On a dynamic dim only an int size is allowed; it
-    returns as many pieces as the longest example has (as ``unbind``)."""
+    """Per-example split.  On a dynamic dim only an int size is allowed;
+    each example gets its own pieces, a per-example list (``Pieces``): as
+    many as the longest example has, piece ``k`` holding no value in the
+    examples with fewer."""
     d = norm_dim(x, dim, "split")
     s = split_size_or_sections
     if x.dims[d - 1] and x._mask is not None:
@@ -746,23 +784,27 @@ def split(x, split_size_or_sections, dim=0):
             raise ValueError(
                 f"split: dimension {d} is dynamic, so a list of section sizes cannot add up to "
                 f"every example's size; split by an int size or split a static dim")
-        mask = _full_mask(x, d)
-        pieces = tuple(new(t, m, x.dims) for t, m in zip(x.padded_data.split(s, d), mask.split(s, d)))
-        if x._present is not None:  # piece i exists where an example is longer than i * s
-            lens = x._lengths(d)
-            for i, piece in enumerate(pieces):
-                piece._present = x._present & (lens > i * s)
-        return pieces
+        parts = list(zip(x.padded_data.split(s, d), _full_mask(x, d).split(s, d)))
+        lens, present = x._lengths(d), x._present
+        # (an example of length 0 has one empty piece)
+        exists = torch.stack([(lens > i * s) | (i == 0) for i in range(len(parts))])
+        return Pieces(new(t, m, x.dims, present=None if present is None else present & e)
+                      for (t, m), e in zip(parts, exists)).of(exists)
     return tuple(new(t, x._mask, x.dims) for t in x.padded_data.split(s, d))
 
 
 @register_distinct(torch.chunk, T.chunk)
 def chunk(x, chunks, dim=0):
+    """Per-example chunk: on a dynamic dim each example is cut into its own
+    chunks of ``ceil(n / chunks)`` entries (fewer than ``chunks`` of them
+    where torch gives fewer), a per-example list (``Pieces``)."""
     d = norm_dim(x, dim, "chunk")
     if x.dims[d - 1] and x._mask is not None:
-        raise ValueError(
-            f"chunk: dimension {d} is dynamic, so the chunk size would differ between examples; "
-            f"use x.split(size, {dim}) for fixed-size pieces or chunk a static dim")
+        n = x._lengths(d)
+        size = torch.clamp((n + chunks - 1) // chunks, min=1)
+        count = torch.where(n == 0, chunks, (n + size - 1) // size)
+        k = torch.arange(int(count.max()), device=n.device).unsqueeze(1)
+        return _pieces(x, d, k * size, (n - k * size).clamp(0, None).minimum(size), k < count)
     return tuple(new(t, x._mask, x.dims) for t in x.padded_data.chunk(chunks, d))
 
 

@@ -3,7 +3,9 @@
 Along a dynamic dim the normalisation sees real entries only: non-real
 entries get ``-inf`` first, and afterwards are set to 0, so a row with no
 real entry (padding only, or a dormant lane) yields 0, never NaN.  Along a
-static dim the op is applied as is.  mask and dims are the input's.
+static dim the op is applied as is; along each example's batch-of-one
+dimension (size 1, as torch's implicit dim picks for a 3-D example) it is
+applied over that size-1 dim.  mask and dims are the input's.
 """
 import math
 
@@ -15,17 +17,25 @@ from ._registry import keep, new, norm_dim, real_mask, register, uncut
 T = torch.Tensor
 
 
+def implicit_dim(ndim):
+    """The dim ``F.softmax(x)`` / ``log_softmax`` / ``softmin`` with no
+    ``dim`` pick for an example with ``ndim`` dims (torch's legacy rule,
+    ``F._get_softmax_dim``): read on each example's own shape, wherever its
+    batch-of-one dimension sits (ops/placement.py resolves it there for
+    examples that do not hold it at 0)."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
 def _softmax_rule(name, fn):
     def rule(input, dim=None, _stacklevel=3, dtype=None):
         x = input
         if isinstance(_stacklevel, torch.dtype):  # torch.softmax(x, dim, dtype) positionally
             dtype = _stacklevel
-        if dim is None:  # F.softmax's legacy implicit dim, from the per-example ndim
-            dim = 0 if x.padded_data.dim() in (0, 1, 3) else 1
-        try:
-            d = norm_dim(x, dim)
-        except ValueError as e:
-            raise ValueError(f"{name}: {e}") from None
+        if dim is None:  # (x holds its batch-of-one dimension at 0: x.dim() is the example's)
+            dim = implicit_dim(x.dim())
+        d = norm_dim(x, dim, name, allow_batch=True)
+        if d == 0:  # over each example's batch-of-one dimension, a dim of size 1
+            return new(fn(x.padded_data.unsqueeze(1), 1, dtype=dtype).squeeze(1), x._mask, x.dims)
         m = real_mask(x)
         if m is None or not x.dims[d - 1]:
             return new(fn(x.padded_data, d, dtype=dtype), x._mask, x.dims)
@@ -46,6 +56,4 @@ register(torch.log_softmax, T.log_softmax, F.log_softmax, torch.special.log_soft
 @register(F.softmin)
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
     """``softmax(-x)`` over real entries only."""
-    if dim is None:
-        raise TypeError("softmin on a MaskedBatch needs dim=... (the implicit dim is deprecated)")
-    return torch.softmax(-input, dim, dtype=dtype)
+    return torch.softmax(-input, implicit_dim(input.dim()) if dim is None else dim, dtype=dtype)

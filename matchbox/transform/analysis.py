@@ -10,13 +10,15 @@ LOOPS = (gast.For, gast.While, gast.AsyncFor)
 
 
 def walk_scope(nodes, stop=SCOPES):
-    """Every node under ``nodes`` without entering nodes of type ``stop``."""
+    """Every node under ``nodes`` without entering nodes of type ``stop``
+    (a test's thunk that logical.py made, ``mb_thunk``, is entered: it is
+    the function's own code, and walrus.py makes its walrus bind there)."""
     todo = list(nodes) if isinstance(nodes, list) else [nodes]
     while todo:
         node = todo.pop()
         yield node
         for child in gast.iter_child_nodes(node):
-            if not isinstance(child, stop):
+            if not isinstance(child, stop) or getattr(child, "mb_thunk", False):
                 todo.append(child)
 
 

@@ -10,8 +10,9 @@ import weakref
 
 from . import (assignments, break_statements, calls, conditionals, continue_statements,
                logical, loops, python_values, reads, returns, runtime, sibling_calls,
-               unsupported)
+               unsupported, walrus)
 from .analysis import loop_temporaries
+from .buffers import owned_buffers
 from .maps import map_loops
 from .naming import Namer
 from .parser import load_function, parse_function, unparse
@@ -32,6 +33,7 @@ PASSES = (
     assignments,          # assignments in regions -> _mb.assign(old, new)
     loops,                # while / for       -> lane-narrowing loops
     conditionals,         # if / elif / else, a if c else b
+    walrus,               # (v := e) in a thunk (and_/or_/if_exp) -> a def that binds v nonlocal
 )
 
 
@@ -48,6 +50,8 @@ class Context:
         self.notes = []
         # stores of loop temporaries, found before any pass moves statements
         self.loop_temporaries = loop_temporaries(fdef)
+        # locals holding a Tensor of the function's own (buffers.py)
+        self.owned_buffers = owned_buffers(fdef)
         # for loops whose iterations share no state (maps.py), run as one
         self.map_loops = map_loops(fdef) if compact is None else {}
 
@@ -56,6 +60,16 @@ class Context:
 #: an error raised in code they call can tell that code runs inside a @batch
 #: call without being rewritten (core's messages for .item(), bool() ...).
 CONVERTED_CODES = weakref.WeakSet()
+
+
+def _function_codes(code):
+    """``code`` and the code objects nested in it (its lambdas)."""
+    out, todo = set(), [code]
+    while todo:
+        c = todo.pop()
+        out.add(c)
+        todo.extend(k for k in c.co_consts if hasattr(k, "co_consts"))
+    return out
 
 
 def _disabled():
@@ -70,9 +84,9 @@ def convert(fn, max_iterations=None, compact=None, merge_calls=None):
     for p in PASSES:
         fdef = p.transform(fdef, ctx)
     source = "".join(f"# {note}\n" for note in ctx.notes) + unparse(fdef)
-    new = load_function(fdef, fn, origin, ctx.runtime, runtime)
+    new = load_function(fdef, fn, origin, ctx.runtime, runtime.function_runtime())
     new.__matchbox_source__ = source
-    CONVERTED_CODES.update(runtime.compaction.function_codes(new.__code__))
+    CONVERTED_CODES.update(_function_codes(new.__code__))
     new.__matchbox_batched__ = True
     return new
 

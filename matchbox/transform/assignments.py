@@ -1,10 +1,12 @@
 """Masked assignment inside branches and loop bodies.
 
-    x = v          ->  x = _mb.assign(x, v)           (active lanes get v)
+    x = v          ->  x = _mb.assign(x, v)           (active lanes get v; x = _mb.assign(x, v, 'x')
+                                                       where a loop may run compacted)
     x += v         ->  x = _mb.aug_assign(x, '+=', v)
     (x := v)       ->  _mb.read((x := _mb.assign(x, v)))
     d[k] = v       ->  d = _mb.setitem(d, k, v, 'd')  (see below)
     x[:, i] = v    ->  x = _mb.setitem(x, (slice(None), i), v, 'x')
+    buf[i] = v     ->  buf = _mb.setitem(buf, i, v, 'buf', own=True)   (buffers.py)
     d[k] += v      ->  key = k
                        d = _mb.setitem(d, key, _mb.aug_assign(d[key], '+=', v, in_place=False), 'd')
     o.d[k] = v     ->  _mb.setitem(o.d, k, v)
@@ -15,8 +17,9 @@
 
 A store into an item of a local variable rebinds it: a dict or list keeps
 its old item in dormant lanes, a MaskedBatch honours the lanes itself, and
-a plain Tensor of the function's own becomes one copy per example (each
-example writes its own buffer, as it would alone; ``runtime/assign.py``).
+a plain Tensor of the function's own (``own=True``: see buffers.py)
+becomes one copy per example (each example writes its own buffer, as it
+would alone; ``runtime/assign.py``).
 
 A loop's temporaries (``analysis.loop_temporaries``: bound first thing in
 the loop body or in a branch in it, read only inside that block) keep
@@ -33,6 +36,7 @@ import gast
 from . import templates
 from .analysis import declared_outer, local_names, param_names, runtime_call
 from .passes import Pass
+from .walrus import thunks
 
 _OPS = {gast.Add: "+=", gast.Sub: "-=", gast.Mult: "*=", gast.Div: "/=", gast.FloorDiv: "//=",
         gast.Mod: "%=", gast.Pow: "**=", gast.MatMult: "@=", gast.BitAnd: "&=", gast.BitOr: "|=",
@@ -75,6 +79,9 @@ class _Assignments(Pass):
             self.assigned.add(target.id)
             if (id(origin), target.id) in self.ctx.loop_temporaries:
                 return templates.replace("x = value", origin, x=target, value=value)
+            if self.ctx.compact is not None:   # names the variable if a compacted loop fails
+                return templates.replace("x = rt.assign(x, value, name)", origin, x=target.id, rt=rt,
+                                         value=value, name=templates.constant(target.id))
             return templates.replace("x = rt.assign(x, value)", origin, x=target.id, rt=rt, value=value)
         if isinstance(target, gast.Attribute):
             return templates.replace("rt.setattr_(obj, name, value)", origin, rt=rt,
@@ -91,9 +98,10 @@ class _Assignments(Pass):
         if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name):
             # d[k] = v: a Python container keeps its old item in dormant lanes;
             # buf[i] = v into a plain Tensor rebinds buf to one copy per example
-            return templates.replace("x = rt.setitem(x, key, value, name)", origin, rt=rt,
-                                     x=target.value.id, key=_Slices().visit(target.slice),
-                                     value=value, name=templates.constant(target.value.id))
+            return self._own(templates.replace(
+                "x = rt.setitem(x, key, value, name)", origin, rt=rt, x=target.value.id,
+                key=_Slices().visit(target.slice), value=value,
+                name=templates.constant(target.value.id)))
         if isinstance(target, gast.Subscript) and not any(
                 isinstance(n, gast.Slice) for n in gast.walk(target.slice)):
             return templates.replace("rt.setitem(obj, key, value)", origin, rt=rt,
@@ -103,6 +111,7 @@ class _Assignments(Pass):
         return templates.replace("x = value", origin, x=target, value=value)
 
     def visit_Assign(self, node):
+        node.value = self.visit(node.value)  # (a walrus in it, a conditional expression)
         if not self.depth:
             return node
         if len(node.targets) == 1:
@@ -112,6 +121,19 @@ class _Assignments(Pass):
         for t in node.targets:
             out += self._store(t, templates.name(tmp), node)
         return out
+
+    # a conditional expression's branches are regions, as an if statement's
+    visit_IfExp = Pass.visit_If
+
+    def visit_Call(self, node):
+        """The thunks of ``rt.and_`` / ``rt.or_`` (a test's right operands)
+        run for the lanes their left operand lets through: regions, so a
+        walrus there binds only those lanes (walrus.py makes it bind the
+        function's variable)."""
+        self.generic_visit(node)
+        for lam in thunks(node, self.ctx.runtime):
+            lam.body = self.region(lam.body)
+        return node
 
     def visit_NamedExpr(self, node):
         """``(x := v)`` in a region (a ``while`` test): a masked assignment,
@@ -127,11 +149,14 @@ class _Assignments(Pass):
                                                walrus=node)
 
     def visit_AnnAssign(self, node):
+        if node.value is not None:
+            node.value = self.visit(node.value)
         if not self.depth or node.value is None:
             return node
         return self._store(node.target, node.value, node)
 
     def visit_AugAssign(self, node):
+        node.value = self.visit(node.value)
         if not self.depth:
             return node
         rt, op = self.ctx.runtime, templates.constant(_OPS[type(node.op)])
@@ -145,11 +170,11 @@ class _Assignments(Pass):
                 "rt.setattr_(obj, name, rt.aug_assign(obj.attr_name, op, value))", node, rt=rt,
                 obj=t.value, name=templates.constant(t.attr), attr_name=t.attr, op=op, value=node.value)
         if isinstance(t, gast.Subscript) and isinstance(t.value, gast.Name):
-            return templates.replace(
+            return self._own(templates.replace(
                 "key = index\nx = rt.setitem(x, key, rt.aug_assign(x[key], op, value, in_place=False), "
                 "name)", node,
                 key=self.ctx.namer.new("key"), index=_Slices().visit(t.slice), x=t.value.id, rt=rt,
-                op=op, value=node.value, name=templates.constant(t.value.id))
+                op=op, value=node.value, name=templates.constant(t.value.id)))
         return node
 
 
@@ -158,7 +183,7 @@ class _Assignments(Pass):
         ``buf = rt.inplace(buf, 'add_', 'buf', v)`` (a plain Tensor of the
         function's own becomes one copy per example, as for ``buf[i] = v``;
         a MaskedBatch's in-place rules honour the active lanes)."""
-        call = node.value
+        call = node.value = self.visit(node.value)
         if not self.depth or not isinstance(call, gast.Call) or not isinstance(call.func, gast.Attribute):
             return node
         method, target = call.func.attr, call.func.value
@@ -175,7 +200,16 @@ class _Assignments(Pass):
                             [templates.name(local.id), templates.constant(method),
                              templates.constant(local.id)]
                             + call.args, call.keywords)
-        return templates.replace("x = value", node, x=local.id, value=inplace)
+        return self._own(templates.replace("x = value", node, x=local.id, value=inplace))
+
+    def _own(self, stmts):
+        """``stmts`` (ending in ``x = rt.setitem(x, ...)`` or ``x =
+        rt.inplace(x, ...)``) with ``own=True`` on that call where ``x``
+        holds a Tensor of the function's own."""
+        call = stmts[-1].value
+        if stmts[-1].targets[0].id in self.ctx.owned_buffers:
+            call.keywords.append(gast.keyword("own", templates.constant(True)))
+        return stmts
 
 
 def transform(fdef, ctx):

@@ -46,9 +46,9 @@ class _Conditionals(Pass):
     # a conditional expression inside a lambda is per example too
     visit_Lambda = gast.NodeTransformer.generic_visit
 
-    def __init__(self, ctx, lists=frozenset()):
+    def __init__(self, ctx, lists=frozenset(), holder=None):
         super().__init__(ctx)
-        self.lists = lists
+        self.lists, self.holder = lists, holder
 
     def visit_If(self, node):
         self.generic_visit(node)
@@ -88,6 +88,8 @@ class _Conditionals(Pass):
         if share is None and merged:
             share = 1.0  # merged recursive calls gather their lanes anyway: always gather the branch
         call.args += [templates.constant(where), templates.constant(share)]
+        if self.holder is not None:  # a method: its self's attributes are gathered too
+            call.args.append(templates.name(self.holder))
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
@@ -100,7 +102,9 @@ def transform(fdef, ctx):
     lists = {t.id for n in gast.walk(fdef) if isinstance(n, gast.Assign)
              and _makes_list(n.value, ctx.runtime)
              for t in n.targets if isinstance(t, gast.Name)}
-    return _Conditionals.run(fdef, ctx, frozenset(lists))
+    args = fdef.args.posonlyargs + fdef.args.args
+    holder = "self" if args and args[0].id == "self" else None
+    return _Conditionals.run(fdef, ctx, frozenset(lists), holder)
 
 
 def _makes_list(value, rt):

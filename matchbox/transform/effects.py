@@ -133,12 +133,14 @@ def _bindings(nodes):
                     yield (a.asname or a.name).split(".")[0], None
 
 
-def owned_names(fdef):
-    """The local names of ``fdef`` bound only to values created inside it."""
-    outer = declared_outer(fdef) | param_names(fdef)
+def owned_names(fdef, fresh_value=_fresh, rebound=()):
+    """The local names of ``fdef`` bound only to values created inside it
+    (values for which ``fresh_value`` holds; ``rebound``: parameters that
+    count as locals, rebound before any other use)."""
+    outer = declared_outer(fdef) | (param_names(fdef) - set(rebound))
     fresh = {}
     for name, value in _bindings(fdef.body):
-        fresh[name] = fresh.get(name, True) and value is not None and _fresh(value)
+        fresh[name] = fresh.get(name, True) and value is not None and fresh_value(value)
     # an augmented assignment keeps the name's object (x += y on a list or a
     # tensor changes it in place): it is fresh iff the name's other bindings are
     return {name for name, ok in fresh.items() if ok} - outer

@@ -23,6 +23,7 @@ class _Tests(Pass):
             out = values[-1]
             for v in reversed(values[:-1]):
                 out = templates.replace_as_expression(fn, test, rt=rt, a=v, b=out)
+                out.args[1].mb_thunk = True  # the function's own code (analysis.walk_scope)
             return out
         return test
 

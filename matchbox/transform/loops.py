@@ -46,8 +46,12 @@ class _Loops(Pass):
         gate = "rt.not_(rt.read(f))" if self.ctx.compact is not None else "rt.not_(f)"
         for flag in reversed(flags):
             term = templates.replace_as_expression(gate, node, rt=rt, f=flag)
-            out = term if out is None else templates.replace_as_expression(
-                "rt.and_(a, lambda: b)", node, rt=rt, a=term, b=out)
+            if out is not None:
+                out = templates.replace_as_expression("rt.and_(a, lambda: b)", node, rt=rt,
+                                                      a=term, b=out)
+                out.args[1].mb_thunk = True  # the function's own code (analysis.walk_scope)
+            else:
+                out = term
         return out
 
     def _orelse(self, node, flags):

@@ -9,10 +9,17 @@ Python value on anything else:
     x.size(d), x.shape         ->  rt.size(x, d), rt.shape(x)
     x.item()                   ->  rt.item(x)
     len(v), int(v), float(v),  ->  rt.len_(v), rt.int_(v), rt.float_(v),
-    bool(v), reversed(v)           rt.bool_(v), rt.reversed_(v)
+    bool(v), reversed(v),          rt.bool_(v), rt.reversed_(v),
+    sum(v), sum(v, start)          rt.sum_(v), rt.sum_(v, start)
     lst.pop(), lst.pop(i)      ->  rt.pop(lst), rt.pop(lst, i)
     v[i], v[a:b:c]             ->  rt.getitem(v, i), rt.getitem(v, slice(a, b, c))
     not v                      ->  rt.not_(v)      (outside if/while tests too)
+    isinstance(v, cls)         ->  rt.isinstance_(v, cls)
+    torch.is_tensor(v),        ->  rt.tensor_call(torch.is_tensor, v),
+    Variable(v, ...)               rt.tensor_call(Variable, v, ...)
+                                   (any call so named; the runtime checks which)
+
+A MaskedBatch holds one Tensor per example, so these answer as for a Tensor.
 
 Only the builtins are rewritten (not a local variable named ``len``), and
 only a subscript whose index is not a tuple (``x[:, i]`` cannot index a
@@ -26,7 +33,8 @@ from .passes import Pass
 
 _METHODS = {"size": "size", "item": "item", "pop": "pop"}
 _BUILTINS = {"len": "len_", "int": "int_", "float": "float_", "bool": "bool_",
-             "reversed": "reversed_"}
+             "reversed": "reversed_", "sum": "sum_"}
+_TENSOR_CALLS = {"is_tensor", "Variable"}
 
 
 class _Values(Pass):
@@ -54,14 +62,25 @@ class _Values(Pass):
             node.args = [obj] + node.args
             return node
         if isinstance(func, gast.Name) and func.id in _BUILTINS and func.id not in self.names \
-                and len(node.args) == 1 and not node.keywords \
-                and not isinstance(node.args[0], gast.Starred):
-            node.args = [self.visit(node.args[0])]
+                and (len(node.args) == 1 or func.id == "sum" and len(node.args) == 2) \
+                and not node.keywords and not any(isinstance(a, gast.Starred) for a in node.args):
+            node.args = [self.visit(a) for a in node.args]
             node.func = self._rt(_BUILTINS[func.id], func)
+            return node
+        if isinstance(func, gast.Name) and func.id == "isinstance" and func.id not in self.names \
+                and len(node.args) == 2 and not node.keywords:
+            node.args = [self.visit(a) for a in node.args]
+            node.func = self._rt("isinstance_", func)
             return node
         if isinstance(func, gast.Attribute) and self._runtime(func.value):
             node.args = [self.visit(a) for a in node.args]
             node.keywords = [self.visit(k) for k in node.keywords]
+            return node
+        name = func.id if isinstance(func, gast.Name) else getattr(func, "attr", None)
+        if name in _TENSOR_CALLS:
+            self.generic_visit(node)
+            node.args = [node.func] + node.args
+            node.func = self._rt("tensor_call", func)
             return node
         return self.generic_visit(node)
 

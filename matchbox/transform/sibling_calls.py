@@ -29,7 +29,7 @@ what an earlier one of them assigns.  And a loop over a node's children
 whose body is only ``lst.append(f(args))`` (n-ary trees), ``lst`` not read
 by the loop's iterable, target or call:
 
-    for c in kids:                calls = _mb.calls.SiblingLoop(f, auto)
+    for c in kids:                calls = _mb.SiblingLoop(f, auto)
         hs.append(f(c))   ->      for c in kids:
                                       calls.defer(hs, c)
                                   calls.run()
@@ -120,7 +120,7 @@ class _Merger:
         calls = self.ctx.namer.new("child_calls")
         start, end = templates.replace(
             """
-            calls = rt.calls.SiblingLoop(f, auto)
+            calls = rt.SiblingLoop(f, auto)
             calls.run()
             """, loop, calls=calls, rt=self.ctx.runtime, f=call.func,
             auto=gast.Constant(value=self.auto, kind=None))

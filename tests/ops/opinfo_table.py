@@ -1,4 +1,4 @@
-"""Run matchbox's rules over PyTorch's own op database (issue 20 item 8).
+"""Run matchbox over PyTorch's own op database (issue 20 item 8, issue 30).
 
 ``torch.testing._internal.common_methods_invocations.op_db`` lists, for
 every torch op, sample inputs that PyTorch's own tests use.  functorch
@@ -6,11 +6,13 @@ tests ``vmap`` over it: each sample's input becomes one example, and a
 batch of them must give what a loop over them gives.  This module does the
 same for matchbox:
 
-- an op with a rule (``matchbox.core.RULES``) runs on B examples made from
-  each of a few samples, on static dims and, where the op's other arguments
-  allow, with one dim varying in size between the examples (a dynamic dim);
-  ``mb_test`` compares values and gradients with the per-example loop;
-- an op without a rule must raise ``NotImplementedError`` naming it.
+every entry runs on B examples made from each of a few samples, on static
+dims and, where the op's other arguments allow, with one dim varying in
+size between the examples (a dynamic dim); ``mb_test`` compares values and
+gradients with the per-example loop.  An op with a rule
+(``matchbox.core.RULES``) runs its rule; one without runs through the
+general fallback (matchbox/ops/fallback.py; ``recording`` says which of its
+ways ran) or the ops with rules it is made of.
 
 Two ways to make examples from a sample (both the per-example loop and the
 batch see exactly the same examples, so either is a fair check):
@@ -25,15 +27,15 @@ batch see exactly the same examples, so either is a fair check):
   ``x[i:i+1]`` of the sample's input (matchbox's default layout); tensor
   arguments with as many rows are split the same way, others are shared.
 
-``python -m tests.ops.opinfo_table > docs/opinfo.md`` runs every case and
-writes the coverage page; ``tests/ops/test_opinfo.py`` runs the same cases
-as tests.
+Where no permuted example is in the op's domain (cholesky needs a
+positive-definite matrix), examples are scaled copies of the input.
+
+``tests/ops/test_opinfo.py`` runs the cases as tests; ``opinfo_page.py``
+writes the coverage page they produce, docs/opinfo.md.
 """
-import contextlib
-import io
+import functools
 import os
 import re
-import sys
 import traceback
 import warnings
 
@@ -42,6 +44,7 @@ from torch.utils import _pytree as pytree
 
 import matchbox
 from matchbox.core import RULES, MaskedBatch
+from matchbox.ops.fallback import recording
 from matchbox.test_utils import mb_test
 
 B = 3                # examples per batch
@@ -74,6 +77,15 @@ SKIP = {
     "nn.functional.alpha_dropout": "random values",
     "nn.functional.rrelu": "random values (its samples train)",
     "multinomial": "random values", "bernoulli": "random values",
+    "nn.functional.multi_head_attention_forward": "random values (its first sample trains "
+                                                  "with dropout 0.5)",
+    **dict.fromkeys(("cauchy", "exponential", "geometric", "log_normal", "normal",
+                     "normal.in_place", "uniform", "pca_lowrank", "svd_lowrank",
+                     "nn.functional.fractional_max_pool2d",
+                     "nn.functional.fractional_max_pool3d"), "random values"),
+    "new_empty_strided": "its values are uninitialised",
+    **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update"),
+                    "training-mode batch norm: as nn.functional.batch_norm"),
 }
 
 # Known rule bugs this test found and that are not fixed yet: case id ->
@@ -81,19 +93,14 @@ SKIP = {
 XFAIL = {
     "nn.functional.cross_entropy": "probability (soft) targets, (C,) per example, crash "
                                    "inside the rule (ops/loss.py): RuntimeError from torch",
-    "split": "split along a dynamic dim: examples have different numbers of chunks; the "
-             "batch returns as many as the longest example instead of refusing",
-    "nn.functional.kl_div": "reduction='none' over a dynamic dim of examples with no "
-                            "batch-of-one dim: wrong output shape",
+    "nn.functional.kl_div": "a shared target of the padded size meeting a dynamic dim is read "
+                            "as each example's prefix (the x + pe[:x.maxsize(1)] idiom), so an "
+                            "example of length 1 does not broadcast against it as it does alone",
     "norm.nuc": "nuclear norm with dim=None on examples with no batch-of-one dim crashes "
                 "(ops/reduction.py)",
-    "polygamma.polygamma_n_0": "x.polygamma(n) hands (x, n) to the rule of "
-                               "torch.polygamma(n, x): TypeError (ops/pointwise.py)",
     "nn.functional.embedding": "F.embedding(ids, weight) with a MaskedBatch weight: "
                                "AttributeError '_bdim' instead of a clear error",
 }
-for _n in range(1, 5):
-    XFAIL[f"polygamma.polygamma_n_{_n}"] = XFAIL["polygamma.polygamma_n_0"]
 
 
 def load_op_db():
@@ -208,6 +215,14 @@ def _permuted(t, b, gen):
     return t.reshape(-1)[torch.randperm(t.numel(), generator=gen)].reshape(t.shape).clone()
 
 
+def _scaled(t, b, gen):
+    """As ``_permuted``, for ops whose domain permuted values leave (a
+    positive-definite matrix for cholesky): example ``b`` scales the values
+    by ``1 + b / 4``."""
+    t = t.detach()
+    return t * (1 + b / 4) if t.is_floating_point() else t.clone()
+
+
 def _lengths(size):
     return [size, 1, max(1, size - 1)][:B]
 
@@ -237,14 +252,22 @@ class Case:
             out = MaskedBatch.fromlist([out] * batches[0].batch_size, (False,) * out.dim(), None)
         return out
 
-    def per_example_ok(self):
+    def per_example_ok(self, grad=False):
         """Whether the op accepts every example alone (a varied size may be
-        one its other arguments do not allow)."""
+        one its other arguments do not allow); ``grad``: and differentiates
+        its outputs with respect to every floating-point argument, as
+        ``mb_test`` does (an op may refuse that, e.g. for a target)."""
         try:
-            with torch.no_grad(), warnings.catch_warnings():
+            with torch.set_grad_enabled(grad), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for j in range(B):
-                    self.call(*(s[1][j] if s[0] == "batch" else s[1] for s in self.slots))
+                    vals = [s[1][j] if s[0] == "batch" else s[1] for s in self.slots]
+                    if grad:
+                        vals = [v.detach().requires_grad_(v.is_floating_point()) for v in vals]
+                    outs = [o for o in pytree.tree_leaves(self.call(*vals))
+                            if isinstance(o, torch.Tensor) and o.requires_grad]
+                    if outs:
+                        torch.autograd.backward([o.sum() for o in outs])
             return True
         except Exception:
             return False
@@ -263,11 +286,11 @@ def _input_leaves(sample):
     return list(sample.input) if isinstance(sample.input, (list, tuple)) else [sample.input]
 
 
-def vmap_cases(fn, sample, gen, dynamic):
-    """Examples that are permuted copies of the whole sample, with no
-    batch-of-one dimension.  Yields one Case per way to vary (static: one;
-    dynamic: one per input dim that can vary); args per-example first, then
-    shared."""
+def vmap_cases(fn, sample, gen, dynamic, vary=_permuted):
+    """Examples that are permuted (``vary``) copies of the whole sample,
+    with no batch-of-one dimension.  Yields one Case per way to vary
+    (static: one; dynamic: one per input dim that can vary); args
+    per-example first, then shared."""
     tensors = _tensor_leaves(sample)
     inputs = {id(t) for t in _input_leaves(sample)}
     ref = _input_leaves(sample)[0]
@@ -279,7 +302,7 @@ def vmap_cases(fn, sample, gen, dynamic):
             slots = []
             for t, bt in zip(tensors, batched):
                 if bt:
-                    slots.append(("batch", [_permuted(t, b, gen) for b in range(B)],
+                    slots.append(("batch", [vary(t, b, gen) for b in range(B)],
                                   (False,) * t.dim(), None))
                 else:
                     slots.append(("shared", _detach(t)))
@@ -296,12 +319,12 @@ def vmap_cases(fn, sample, gen, dynamic):
                     slots.append(("shared", _detach(t)))
                     continue
                 k = d - (ref.dim() - t.dim())  # the dim of t aligned with d
-                vary = 0 <= k < t.dim() and t.size(k) == size
-                exs = [_permuted(t, b, gen) for b in range(B)]
-                if vary:
+                cut = 0 <= k < t.dim() and t.size(k) == size
+                exs = [vary(t, b, gen) for b in range(B)]
+                if cut:
                     exs = [e.narrow(k, 0, n).clone() for e, n in zip(exs, lengths)]
                     varied = varied or id(t) in inputs
-                dims = tuple(vary and i == k for i in range(t.dim()))
+                dims = tuple(cut and i == k for i in range(t.dim()))
                 slots.append(("batch", exs, dims, None))
             if varied:
                 yield Case(fn, sample, slots,
@@ -413,48 +436,68 @@ def _grad(opinfo, sample):
         t.is_floating_point() for t in _tensor_leaves(sample))
 
 
-def check_ruled(opinfo, seed=0):
-    """Run an op that has a rule.  Returns a dict: ``static`` and
-    ``dynamic`` are each ("pass" | "refused" | "wrong" | "crash" | "n/a",
-    detail); ``how`` says which way of making examples ran."""
+def check(opinfo, seed=0):
+    """Run one OpInfo entry on batches.  Returns a dict: ``kind`` ("rule":
+    its op has one; "fallback": it ran through the general fallback,
+    matchbox/ops/fallback.py; "composite": through ops that have rules);
+    ``static`` and ``dynamic``, each ("pass" | "refused" | "wrong" |
+    "crash" | "n/a", detail); ``how``: the ways of making examples that
+    passed; ``paths``: per mode, the fallback's ways ("vmap",
+    "per-example") in the passing runs."""
     name = entry_name(opinfo)
     if name in SKIP:
         return {"name": name, "skip": SKIP[name]}
     torch.manual_seed(seed)
-    fn = as_called(ruled_callable(opinfo) or unruled_callable(opinfo))
+    ruled = ruled_callable(opinfo)
+    fn = as_called(ruled or unruled_callable(opinfo))
     smp = samples(opinfo)
     if not smp:
         return {"name": name, "skip": "no small, non-empty, real-valued sample on CPU"}
     gen = torch.Generator().manual_seed(seed)
-    result = {"name": name, "static": None, "dynamic": None, "how": set()}
+    result = {"name": name, "static": None, "dynamic": None, "how": set(),
+              "paths": {"static": set(), "dynamic": set()}}
+    ran = False
     for mode in ("static", "dynamic"):
         outcomes = []
         for s in smp:
-            grad = _grad(opinfo, s)
-            outcome = _run_sample(fn, s, gen, mode == "dynamic", grad)
+            outcome, paths = _run_sample(fn, s, gen, mode == "dynamic", _grad(opinfo, s))
             outcomes.append(outcome)
+            ran = ran or bool(paths["any"])
+            if outcome[0] == "pass":
+                result["paths"][mode] |= paths["pass"]
         result[mode] = _combine(outcomes)
         for o in outcomes:
             if o[0] == "pass":
                 result["how"].add(o[2].split(",")[0])
+    ran = ran or refused_by_fallback(result) or refused_by_fallback(result, "dynamic")
+    result["kind"] = "rule" if ruled is not None else "fallback" if ran else "composite"
     return result
 
 
 def _run_sample(fn, sample, gen, dynamic, grad):
     """The outcome of one sample: the first way of making examples that
-    passes, else the worst outcome seen.  Returns (status, detail, spec)."""
-    seen = []
-    for maker in (vmap_cases, rows_cases):
+    passes, else the worst outcome seen; returns ((status, detail, spec),
+    paths): the fallback's ways in ``paths["pass"]`` (passing runs) and
+    ``paths["any"]`` (every run)."""
+    seen, paths = [], {"pass": set(), "any": set()}
+    makers = (vmap_cases, rows_cases, functools.partial(vmap_cases, vary=_scaled))
+    for maker in makers:
+        if maker is makers[-1] and seen:
+            break  # scaled copies only where no permuted example is accepted
         for case in maker(fn, sample, gen, dynamic):
             if not case.per_example_ok():
                 continue
-            status, detail = run_case(case, grad)
+            with recording() as log:
+                status, detail = run_case(case, grad and case.per_example_ok(grad=True))
+            ways = {how for _, how in log}
+            paths["any"] |= ways
             if status in ("wrong", "crash"):
-                return status, detail, case.spec
+                return (status, detail, case.spec), paths
             if status == "pass":
-                if not dynamic:
-                    return status, detail, case.spec
+                paths["pass"] |= ways
                 seen.append((status, detail, case.spec))
+                if not dynamic:
+                    break
                 continue  # dynamic: every dim that can vary must not be wrong
             seen.append((status, detail, case.spec))
             if maker is vmap_cases and UNPLACED in detail:
@@ -463,11 +506,11 @@ def _run_sample(fn, sample, gen, dynamic, grad):
             break
     passed = [s for s in seen if s[0] == "pass"]
     if passed:
-        return passed[0]
+        return passed[0], paths
     if seen:  # the rows way's refusal, if it ran, says more than vmap's
-        return seen[-1]
-    return "n/a", "no example the op accepts alone" if not dynamic else \
-        "no dim the op's other arguments let vary", ""
+        return seen[-1], paths
+    return ("n/a", "no example the op accepts alone" if not dynamic else
+            "no dim the op's other arguments let vary", ""), paths
 
 
 _ORDER = {"wrong": 0, "crash": 1, "pass": 2, "refused": 3, "n/a": 4}
@@ -479,182 +522,7 @@ def _combine(outcomes):
     return min(outcomes, key=lambda o: _ORDER[o[0]])[:2]
 
 
-def check_unruled(opinfo):
-    """An op with no rule, called on a batch made from its first sample,
-    must raise NotImplementedError naming an op.  Returns a dict with
-    ``status`` ("raises", "runs" (through ops that have rules), "other"
-    (another error) or "n/a") and ``detail``."""
-    name = entry_name(opinfo)
-    if name in SKIP:
-        return {"name": name, "status": "n/a", "detail": SKIP[name]}
-    torch.manual_seed(0)
-    smp = samples(opinfo, 1)
-    if not smp:
-        return {"name": name, "status": "n/a", "detail": "no small real-valued sample on CPU"}
-    s = smp[0]
-    inp = s.input
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if isinstance(inp, (list, tuple)):
-            inp = [MaskedBatch.fromlist([t.detach()] * B, (False,) * t.dim(), None) for t in inp]
-        else:
-            inp = MaskedBatch.fromlist([inp.detach()] * B, (False,) * inp.dim(), None)
-        try:
-            as_called(unruled_callable(opinfo))(inp, *s.args, **s.kwargs)
-        except NotImplementedError as e:
-            if "no rule" in str(e):
-                return {"name": name, "status": "raises", "detail": _first_line(e)}
-            return {"name": name, "status": "refused", "detail": _first_line(e)}
-        except Exception as e:
-            if _from_matchbox(e) and not _SIGNATURE.search(str(e)):
-                return {"name": name, "status": "refused", "detail": _first_line(e)}
-            return {"name": name, "status": "other", "detail": _first_line(e)}
-    # it runs through ops that have rules: it must then be right
-    result = check_ruled(opinfo)
-    result.update(status="runs", detail="")
-    return result
-
-
-# -------------------------------------------------------------------- table
-def run_all(op_db=None, log=None):
-    op_db = load_op_db() if op_db is None else op_db
-    ruled, unruled = [], []
-    for o in op_db:
-        if ruled_callable(o) is not None:
-            ruled.append(check_ruled(o))
-        else:
-            unruled.append(check_unruled(o))
-        if log:
-            print((ruled + unruled)[-1]["name"], file=log)
-    return ruled, unruled
-
-
-def table(ruled, unruled):
-    """The coverage page (markdown) from run_all's results."""
-    def status(r, mode):
-        return r[mode][0] if r.get(mode) else "skip"
-
-    both = [r for r in ruled if "skip" not in r and status(r, "static") == "pass"
-            and status(r, "dynamic") == "pass"]
-    static_only = [r for r in ruled if "skip" not in r and status(r, "static") == "pass"
-                   and status(r, "dynamic") != "pass"]
-    refused = [r for r in ruled if "skip" not in r and status(r, "static") == "refused"]
-    bad = [r for r in ruled if "skip" not in r and status(r, "static") not in ("pass", "refused")]
-    bad += [r for r in static_only if status(r, "dynamic") in ("wrong", "crash")]
-    skipped = [r for r in ruled if "skip" in r]
-    lines = [
-        "# PyTorch's op database on MaskedBatch",
-        "",
-        "Generated by `python -m tests.ops.opinfo_table > docs/opinfo.md` from the cases "
-        "`tests/ops/test_opinfo.py` runs; do not edit by hand. Every entry of PyTorch's "
-        "OpInfo database (`torch.testing._internal.common_methods_invocations.op_db`, "
-        f"{len(ruled) + len(unruled)} entries in torch {torch.__version__.split('+')[0]}) "
-        "is run on a batch:",
-        "",
-        f"- an op with a matchbox rule runs on {B} examples made from each of up to "
-        f"{MAX_SAMPLES} of its samples (float64 where the op takes it), on static dims and "
-        "with one dim varying in size between the examples; `mb_test` compares values and "
-        "gradients with the per-example loop. *vmap*: each example is the sample's input "
-        "with its values permuted and no batch-of-one dimension (`batch_dim=None`); "
-        "*rows*: each example is a row `x[i:i+1]` of the input (`batch_dim=0`), for ops "
-        "with no rule yet for values without a batch-of-one dimension;",
-        "- an op without a rule must raise `NotImplementedError` naming the op.",
-        "",
-        "## Figures",
-        "",
-        f"- OpInfo entries whose op has a rule: {len(ruled)}",
-        f"  - pass on static and on dynamic batches: {len(both)}",
-        f"  - pass on static batches; on dynamic ones refused with an error: "
-        f"{len([r for r in static_only if r not in bad and status(r, 'dynamic') == 'refused'])}",
-        f"  - pass on static batches; no dim the op's other arguments let vary: "
-        f"{len([r for r in static_only if r not in bad and status(r, 'dynamic') == 'n/a'])}",
-        f"  - refused on static batches with an error: {len(refused)}",
-        f"  - wrong or crashing (known bugs, xfail in the test): {len(bad)}",
-        f"  - skipped: {len(skipped)}",
-        f"- OpInfo entries whose op has no rule: {len(unruled)}",
-        f"  - raise NotImplementedError naming the op: "
-        f"{sum(r['status'] == 'raises' for r in unruled)}",
-        f"  - run through ops that have rules (composites, methods MaskedBatch defines): "
-        f"{sum(r['status'] == 'runs' for r in unruled)}",
-        f"  - refused with another error that says why: "
-        f"{sum(r['status'] == 'refused' for r in unruled)}",
-        f"  - raise an unclear error (known bugs): {sum(r['status'] == 'other' for r in unruled)}",
-        f"  - not tried (no real-valued CPU sample, CUDA only, random): "
-        f"{sum(r['status'] == 'n/a' for r in unruled)}",
-        "",
-        "## Ops with a rule",
-        "",
-        "| op | static | dynamic | examples | note |",
-        "|---|---|---|---|---|",
-    ]
-    for r in sorted(ruled, key=lambda r: r["name"]):
-        if "skip" in r:
-            lines.append(f"| `{r['name']}` | skip | skip | | {_cell(r['skip'])} |")
-            continue
-        note = "; ".join(sorted({_cell(r[m][1]) for m in ("static", "dynamic")
-                                 if r[m][0] != "pass" and r[m][1]}))
-        if r["name"] in XFAIL:
-            note = f"known bug: {_cell(XFAIL[r['name']])}"
-        lines.append(f"| `{r['name']}` | {r['static'][0]} | {r['dynamic'][0]} | "
-                     f"{', '.join(sorted(r['how']))} | {note} |")
-    lines += ["", "## Ops without a rule", "",
-              "On a MaskedBatch each raises `NotImplementedError` naming the op, except "
-              "those listed here.", ""]
-    for st, title in (("runs", "Run through ops or methods that have rules; checked as "
-                               "above (static, dynamic)"),
-                      ("refused", "Refused with another error that says why"),
-                      ("other", "Raise an unclear error (known bugs, xfail in the test)"),
-                      ("n/a", "Not tried")):
-        rs = [r for r in unruled if r["status"] == st]
-        if not rs:
-            continue
-        lines.append(f"**{title}** ({len(rs)}):\n")
-        for r in sorted(rs, key=lambda r: r["name"]):
-            if st == "runs":
-                detail = "skip: " + r["skip"] if "skip" in r else \
-                    f"{r['static'][0]}, {r['dynamic'][0]}" + "".join(
-                        f"; {_cell(r[m][1])}" for m in ("static", "dynamic")
-                        if r[m][0] != "pass" and r[m][1])
-            else:
-                detail = _cell(r["detail"])
-            if r["name"] in XFAIL:
-                detail += f" (known bug: {_cell(XFAIL[r['name']])})"
-            lines.append(f"- `{r['name']}`" + (f": {detail}" if detail else ""))
-        lines.append("")
-    rs = sorted(r["name"] for r in unruled if r["status"] == "raises")
-    lines.append(f"**Raise NotImplementedError naming the op** ({len(rs)}): "
-                 + ", ".join(f"`{n}`" for n in rs))
-    return "\n".join(lines) + "\n"
-
-
-def skeleton(page):
-    """The page without its free text (error messages, notes): the op
-    names, statuses and figures, which is what the page check compares, so
-    rewording an error does not make the page stale."""
-    out = []
-    for line in page.splitlines():
-        if line.startswith("| `"):
-            line = "|".join(line.split("|")[:5])
-        elif line.startswith("- `"):
-            name, _, rest = line.partition(": ")
-            line = name + (": " + rest.split(";")[0] if rest[:4] in ("pass", "refu", "wron",
-                                                                     "cras", "n/a,") else "")
-        elif not line.startswith(("- OpInfo", "  - ", "**")):
-            continue
-        out.append(line)
-    return "\n".join(out)
-
-
-def _cell(s):
-    s = (s or "").replace("|", "\\|").replace("\n", " ")
-    return s if len(s) <= 160 else s[:157] + "..."
-
-
-def main():
-    torch.set_num_threads(1)  # small ops: one thread is much faster
-    ruled, unruled = run_all(log=sys.stderr if "-v" in sys.argv else None)
-    sys.stdout.write(table(ruled, unruled))
-
-
-if __name__ == "__main__":
-    main()
+def refused_by_fallback(result, mode="static"):
+    """Whether the general fallback refused the entry (MissingRule)."""
+    r = result.get(mode)
+    return bool(r) and r[0] == "refused" and (r[1] or "").startswith("MissingRule")

@@ -357,14 +357,26 @@ def test_stacks_on_static_lengths(mode):
     mb_test(f, (3, (False, 5), (False, 8)), (3, (False, 4), (False, 8)), dtype=D, params=params)
 
 
-def test_stacks_on_dynamic_lengths_raise():
-    """PyTorch's TransformerEncoder/Decoder.forward reads src.size() (to
-    detect a causal mask); on a dynamic dim that has no single int, so it
-    raises the size error, never a wrong number.  Loop over .layers instead."""
-    enc = nn.TransformerEncoder(layer("encoder", False, "train"), 1, enable_nested_tensor=False)
+def test_stacks_on_dynamic_lengths():
+    """TransformerEncoder / Decoder.forward read src.size() (to detect a
+    causal mask): a per-example size, so they run per example; where the
+    check's answer differs between examples (a causal mask sized to the
+    padded length is each example's own only for the longest) it raises
+    at torch's `if`, naming size_as_tensor: give the hint
+    (tgt_is_causal=True) or loop over the layers."""
+    enc = nn.TransformerEncoder(layer("encoder", False, "train"), 2, enable_nested_tensor=False)
+    dec = nn.TransformerDecoder(layer("decoder", True, "eval"), 2).eval()
+    params = list(enc.parameters()) + list(dec.parameters())
+
+    def f(src, tgt, hint=True):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.maxsize(1), dtype=D)
+        return dec(tgt, enc(src), tgt_mask=mask, tgt_is_causal=hint or None)
+    for lengths in ("mixed", "one", "equal"):
+        mb_test(f, (3, (True, 5), (False, 8)), (3, (True, 4), (False, 8)), dtype=D,
+                params=params, lengths=lengths)
     x = MaskedBatch.fromlist([torch.randn(1, n, 8, dtype=D) for n in (2, 3)], (True, False))
-    with pytest.raises(ValueError, match="size_as_tensor.*encoder.layers"):
-        enc(x)
+    with pytest.raises(TypeError, match="size_as_tensor"):
+        f(x, x, hint=False)
 
 
 @pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])

@@ -285,8 +285,8 @@ ERRORS = [
     (lambda x: x[:, 7], IndexError, "out of range"),
     (lambda x: x[:, :, 5], IndexError, "out of range"),
     (lambda x: x[:, torch.tensor([0]), torch.tensor([1])], NotImplementedError, "one"),
-    (lambda x: torch.masked_select(x, x.padded_data > 0), NotImplementedError, "different number"),
-    (lambda x: x.masked_select(x.padded_data > 0), NotImplementedError, "different number"),
+    (lambda x: torch.masked_select(x, x.padded_data > 0), ValueError, "shared by every example"),
+    (lambda x: x[x.padded_data > 0], IndexError, "shape of the mask"),
     (lambda x: x.narrow(1, 1, 2), IndexError, "example 0"),
     (lambda x: x.index_select(1, torch.tensor([-1])), IndexError, "out of range"),
     (lambda x: x.gather(2, torch.zeros(1, 2, 2, dtype=torch.long)), ValueError, "larger"),
@@ -299,3 +299,17 @@ def test_errors(f, exc, match):
     x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (1, 3)], (True, False))
     with pytest.raises(exc, match=match):
         f(x)
+
+
+@pytest.mark.parametrize("ks", [(2, 0, 3), (1, 1, 1), (3, 3, 3)])
+def test_index_select_a_vector_per_example(ks):
+    """index (k,) per example (k dynamic, 0 included), examples (n, c) with
+    no batch-of-one dim (the DyNet char tagger's rare words' letters)."""
+    g = torch.Generator().manual_seed(0)
+    ns = (4, 2, 5)
+    idx = MaskedBatch.fromlist([torch.randint(0, n, (k,), generator=g) for n, k in zip(ns, ks)],
+                               (True,), None)
+    x = MaskedBatch.fromlist([torch.randn(n, 1 + n % 3, generator=g, dtype=torch.float64)
+                              for n in ns], (True, True), None)
+    out = mb_test(lambda x, i: x.index_select(0, i), x, idx, dtype=torch.float64)
+    assert [tuple(e.shape) for e in out.examples()] == [(k, 1 + n % 3) for n, k in zip(ns, ks)]

@@ -122,7 +122,7 @@ def test_sequence_first_examples_and_errors():
     with pytest.raises(ValueError, match="different places"):
         x + x.transpose(0, 1)
     with pytest.raises(ValueError, match="batch-of-one dimension"):
-        x.softmax(1)
+        x.cumsum(1)
 
 
 # ------------------------------------------------------------------ recurrent layers
@@ -169,3 +169,102 @@ def test_unbatched_gru_and_cell_on_vmap_style_examples(lengths):
         return out, h, hc
     mb_test(run, SPEC, batch_dim=None, lengths=lengths, dtype=D,
             params=list(GRU.parameters()) + list(cell.parameters()))
+
+
+# ------------------------------------------------------------------ channels
+PRELU = nn.PReLU(3).double()
+CHANNELS = {0: (4, (False, 3), (True, 5)),   # (1, 3, n): channels at 1
+            None: SPEC,                      # (n, 3)
+            2: SPEC}                         # (n, 3, 1)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("bdim", list(CHANNELS))
+def test_prelu_weights_follow_each_examples_dimension_1(bdim, lengths):
+    """nn.PReLU(C) weighs dimension 1 of each example, wherever the
+    batch-of-one dimension sits (on (n, 3) examples it weighed n)."""
+    mb_test(PRELU, CHANNELS[bdim], batch_dim=bdim, lengths=lengths, dtype=D,
+            params=list(PRELU.parameters()))
+    static = (4, (False, 3), (False, 3))     # (3, 3) examples: the wrong dim fits too
+    mb_test(PRELU, static, batch_dim=None, dtype=D, params=list(PRELU.parameters()))
+
+
+def test_prelu_with_one_channel_per_example_raises_as_torch():
+    x = MaskedBatch.fromlist([torch.randn(n, 1, 3, dtype=D) for n in (2, 4)], batch_dim=1)
+    with pytest.raises(RuntimeError, match="channel size = 1"):
+        PRELU(torch.randn(2, 1, 3, dtype=D))
+    with pytest.raises(RuntimeError, match="channel size = 1"):
+        PRELU(x)
+    one = nn.PReLU().double()
+    mb_test(one, SPEC, batch_dim=1, dtype=D, params=list(one.parameters()))
+
+
+# ------------------------------------------------------------------ labels (issue 27 item 5)
+TREE_D = 3
+TREE_W = nn.Linear(2 * TREE_D, TREE_D).double()
+
+
+@batch
+def encode_tree(feats, kids, node):           # feats (1, N, d), kids (1, N, 2), node (1,)
+    h = feats.gather(1, node.view(-1, 1, 1).expand(-1, 1, TREE_D)).squeeze(1)
+    pair = kids.gather(1, node.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1)
+    if pair[0, 0] >= 0:
+        left = encode_tree(feats, kids, pair[:, 0])
+        right = encode_tree(feats, kids, pair[:, 1])
+        h = torch.tanh(TREE_W(torch.cat([left, right], 1)) + h)
+    return h
+
+
+def _tree(leaves, gen):
+    """A random binary tree as a (1, N, 2) table of child indices (-1: a leaf), root 0."""
+    kids = [[-1, -1]]
+
+    def build(i, n):
+        if n > 1:
+            k = int(torch.randint(1, n, (), generator=gen))
+            kids[i] = [len(kids), len(kids) + 1]
+            kids.extend([[-1, -1], [-1, -1]])
+            build(kids[i][0], k)
+            build(kids[i][1], n - k)
+    build(0, leaves)
+    return torch.tensor(kids).unsqueeze(0)
+
+
+@pytest.mark.parametrize("leaves", [(1, 3, 4, 2), (1,), (3, 3)])
+def test_recursive_tree_encoder_gathers_rows_with_view_expand(leaves):
+    """node.view(-1, 1, 1) of a (1,) node keeps the batch-of-one dimension
+    at 0 (the -1 stands for 1), so gather(1, ...) meets a (1, 1, d) index."""
+    gen = torch.Generator().manual_seed(len(leaves))
+    ks = [_tree(n, gen) for n in leaves]
+    kids = MaskedBatch.fromlist(ks, (True, False))
+    feats = MaskedBatch.fromlist([torch.randn(1, k.size(1), TREE_D, dtype=D, generator=gen) for k in ks],
+                                 (True, False))
+    root = MaskedBatch.fromlist([torch.zeros(1, dtype=torch.long)] * len(ks))
+    mb_test(encode_tree, feats, kids, root, params=list(TREE_W.parameters()))
+
+
+def test_a_view_that_leaves_the_label_ambiguous_keeps_it():
+    node = MaskedBatch.fromlist([torch.tensor([i]) for i in (1, 3)])
+    assert node.view(-1, 1, 1).batch_dim == 0 and node.view(1, -1).batch_dim == 0
+    seq = MaskedBatch.fromlist([torch.randn(3, 1, 2) for _ in range(2)], batch_dim=1)
+    assert seq.view(3, -1, 2).batch_dim == 1 and seq.view(-1, 2).batch_dim is None
+    x = MaskedBatch.fromlist([torch.randn(1, n, 3) for n in (2, 4)])
+    assert x.view(-1, 3).batch_dim is None            # -1 stands for n, not 1
+
+
+LABELS = {"first": 0, "second": 1, "none": None}
+SAME_SHAPE = {  # f(a, b): a is (1, n, 3) batch-first, b a (1, 1, 3) value labelled otherwise
+    "gather": lambda a, b: a.gather(1, b.long().abs().clamp(max=0)),
+    "scatter_add": lambda a, b: a.scatter_add(1, b.long().abs().clamp(max=0), b * 2),
+    "take_along_dim": lambda a, b: torch.take_along_dim(a, b.long().abs().clamp(max=0), 1),
+    "add": lambda a, b: a[:, :1] + b,
+    "mse_loss": lambda a, b: torch.nn.functional.mse_loss(a[:, :1], b, reduction="sum"),
+    "bilinear": lambda a, b: torch.nn.functional.bilinear(a[:, :1], b, torch.ones(2, 3, 3, dtype=D)),
+}
+
+
+@pytest.mark.parametrize("label", LABELS)
+@pytest.mark.parametrize("name", SAME_SHAPE)
+def test_operands_whose_examples_have_one_shape_work_together_whatever_their_labels(name, label):
+    b = MaskedBatch.fromlist([torch.randn(1, 1, 3, dtype=D) for _ in range(3)], batch_dim=LABELS[label])
+    mb_test(SAME_SHAPE[name], (3, (True, 4), (False, 3)), b, lengths="mixed", dtype=D)

@@ -216,3 +216,12 @@ def test_like_factories_keep_mask_and_dims(fn, lengths):
     x = mb_rand(3, (True, 4))
     y = torch.empty_like(x)
     assert y.dims == x.dims and y.padded_data.shape == x.padded_data.shape
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_polygamma_method_and_function(lengths):
+    """``x.polygamma(n)`` is ``torch.polygamma(n, x)`` (the arguments swap)."""
+    mb_test(lambda x: (x.abs() + 0.5).polygamma(2), (3, (True, 4)), lengths=lengths,
+            dtype=torch.float64)
+    mb_test(lambda x: torch.polygamma(1, x.abs() + 0.5), (3, (True, 4)), lengths=lengths,
+            dtype=torch.float64)

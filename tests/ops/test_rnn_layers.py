@@ -164,7 +164,7 @@ def test_errors():
     dyn = MaskedBatch.fromlist(xs, (True, False))
     static = MaskedBatch.fromlist([torch.randn(1, 3, IN)] * 2, (True, False))
     for x in (dyn, static):  # batch-first examples for a sequence-first layer
-        with pytest.raises(ValueError, match="dimension 1"):
+        with pytest.raises(ValueError, match="batch-of-one dimension at 1.*batch_first=True"):
             nn.LSTM(IN, HID)(x)
     gru = nn.GRU(IN, HID, bidirectional=True, batch_first=True)
     h0 = MaskedBatch.fromlist([torch.randn(1, 2, HID)] * 2, (False, False))  # (1, L*D, H)

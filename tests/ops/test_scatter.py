@@ -57,6 +57,19 @@ def test_index_add_per_example_index(mode):
             lengths=mode, **kw)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_index_add_a_vector_per_example(mode):
+    """index (k,) and source (k, 3) per example, k dynamic (0 included), with
+    no batch-of-one dim: each example adds its own rows."""
+    g = torch.Generator().manual_seed(0)
+    ks = {"mixed": (2, 0, 3), "one": (1, 1, 1), "equal": (3, 3, 3)}[mode]
+    idx = MaskedBatch.fromlist([torch.randperm(4, generator=g)[:k] for k in ks], (True,), None)
+    src = MaskedBatch.fromlist([torch.randn(k, 3, generator=g, **kw) for k in ks], (True, False),
+                               None)
+    x = MaskedBatch.fromlist([torch.randn(4, 3, generator=g, **kw)] * 3, (False, False), None)
+    mb_test(lambda x, i, s: poison(x).index_add(0, i, poison(s)), x, idx, src, **kw)
+
+
 def examples(y):
     return [tuple(e) for e in zip(*[z.examples() for z in y])] if isinstance(y, tuple) else y.examples()
 
@@ -64,9 +77,11 @@ def examples(y):
 @pytest.mark.parametrize("f", [lambda t: t.nonzero(), lambda t: torch.argwhere(t),
                                lambda t: torch.nonzero(t, as_tuple=True)])
 @pytest.mark.parametrize("spec", [DYN, LAST, (B, (False, 3))])
-def test_nonzero_per_example(f, spec):
-    x = mb_rand(spec, lengths="mixed")
-    x = MaskedBatch._new(torch.where(x.padded_data > 0.3, x.padded_data, 0.0), x._mask, x.dims)
+@pytest.mark.parametrize("batch_dim", [0, None])
+def test_nonzero_per_example(f, spec, batch_dim):
+    x = mb_rand(spec, lengths="mixed", batch_dim=batch_dim)
+    x = MaskedBatch._new(torch.where(x.padded_data > 0.3, x.padded_data, 0.0), x._mask, x.dims,
+                         bdim=batch_dim)
     got, want = examples(f(poison(x, 1.0))), [f(e) for e in x.examples()]
     for g, w in zip(got, want):
         for a, b in zip(g if isinstance(g, tuple) else [g], w if isinstance(w, tuple) else [w]):

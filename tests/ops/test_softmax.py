@@ -104,9 +104,35 @@ def test_dormant_lane_is_finite():
     assert torch.allclose(y.padded_data[0], torch.softmax(x.padded_data[0], 0))
 
 
-def test_softmax_over_batch_dim_raises():
-    x = MaskedBatch.fromlist([torch.randn(1, 3), torch.randn(1, 2)], (True,))
-    with pytest.raises(ValueError, match="softmax.*dimension 0"):
-        x.softmax(0)
-    with pytest.raises(ValueError, match="log_softmax.*dimension 0"):
-        F.log_softmax(x, -2)
+def test_softmax_over_the_batch_of_one_dim_is_over_a_size_1_dim():
+    # as in torch: ones (softmax, softmin) or zeros (log_softmax), no gradient
+    for f in (lambda x: x.softmax(0), lambda x: F.log_softmax(x, -2), lambda x: F.softmin(x, 0)):
+        mb_test(f, (3, (True, 4)), lengths="mixed", dtype=torch.float64)
+    with pytest.raises(IndexError, match="softmax: dimension 2 out of range"):
+        MaskedBatch.fromlist([torch.randn(1, 3), torch.randn(1, 2)], (True,)).softmax(2)
+
+
+PLACES = {"first": 0, "second": 1, "none": None}
+RANKS = {1: (3, (True, 4)),                        # (1, n), (n, 1), (n,)
+         2: (3, (True, 4), (False, 3)),            # (1, n, 3), (n, 1, 3), (n, 3)
+         3: (3, (False, 2), (True, 4), (False, 3))}
+IMPLICIT = {
+    "F.softmax": F.softmax, "F.log_softmax": F.log_softmax, "F.softmin": F.softmin,
+    "nn.Softmax()": torch.nn.Softmax(), "nn.LogSoftmax()": torch.nn.LogSoftmax(),
+    "nn.Softmin()": torch.nn.Softmin(),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Implicit dimension choice")
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("rank", RANKS)
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("name", IMPLICIT)
+def test_implicit_dim_follows_each_examples_own_rank(name, place, rank, lengths):
+    """torch's legacy implicit dim (0 for 0-, 1- and 3-dim values, else 1)
+    read on each example's shape: on sequence-first (n, 1) examples it is
+    the size-1 dim 1 (before, the batch normalised over n); on (n, C) ones
+    dim 1 (before, it raised)."""
+    f = IMPLICIT[name]
+    mb_test(lambda x: f(poison(x)), RANKS[rank], batch_dim=PLACES[place], lengths=lengths,
+            dtype=torch.float64)

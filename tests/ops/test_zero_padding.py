@@ -73,7 +73,7 @@ def test_embedding_zeroes_its_padding():
                          ids=["lstm", "gru", "rnn"])
 @pytest.mark.parametrize("under_lanes", [False, True])
 def test_cells_zero_their_padding(cell, under_lanes):
-    step = nan_padded().unbind(1)[2]  # examples of length <= 2 have no step 2
+    step = list(nan_padded().unbind(1))[2]  # examples of length <= 2 have no step 2
     if under_lanes:
         with lanes(torch.tensor([True, False, True, True])):
             out = cell(step)

@@ -293,3 +293,45 @@ def test_list_made_and_stacked_in_a_rare_branch():
     mb_test(batch(_stacked_in_branch), MaskedBatch.fromlist(xs),
             MaskedBatch.fromlist(ns, batch_dim=None), dtype=torch.float64,
             params=list(_HEAVY.parameters()))
+
+
+# ------------------------------------------------------------------ issue 27 item 13
+class _Tagger(nn.Module):
+    """A rare branch whose method keeps a cache on ``self``: the method
+    reads the cache of the whole batch and sets it; a later method sets
+    another attribute, first set in the branch (issue 27 item 13: a
+    batch-size error without a word of the gathered branch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.cache = self.extra = None
+
+    def spell(self, x):
+        h = torch.tanh(self.lin(x))
+        if self.cache is not None:
+            h = h + self.cache * 0.5     # the cache of the branch's examples
+        self.cache = h
+        return h
+
+    def note(self, h):
+        self.extra = h * 3
+
+    @batch(compact=1.0)
+    def forward(self, x):
+        self.cache, self.extra = x * 0.1, None
+        if x.sum() > 1.0:
+            e = self.spell(x)
+            self.note(e)
+        else:
+            e = x * 2
+            self.extra = x * 0.5
+        return e + self.cache + self.extra
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_a_method_in_a_gathered_branch_reads_and_sets_attributes_of_self(lengths):
+    m = _Tagger().double()
+    src = matchbox.to_source(_Tagger.forward)
+    assert "(in _Tagger.forward)', 1.0, self)" in src   # the branch gathers self's attributes
+    mb_test(m, (10, (False, 3)), lengths=lengths, dtype=torch.float64, seed=3)

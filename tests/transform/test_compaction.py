@@ -362,3 +362,22 @@ def test_a_full_batch_value_that_escapes_a_compacted_for_names_compaction():
     z = MaskedBatch.fromlist([torch.ones(1, 1) for _ in range(3)], dims=(False,))
     with pytest.raises(ValueError, match=r"for loop at .* runs on its 2 live lanes of 3"):
         batch(for_escapes, compact=1.0)(xs, z)
+
+
+def rank_changes(x):
+    h = x[0]
+    n = x.size(0)
+    i = 0
+    while i < n:
+        if i == 2:
+            h = h.sum()         # in the lanes still in the loop only: (3,) -> ()
+        i = i + 1
+    return h
+
+
+def test_a_compacted_loop_that_changes_a_rank_names_the_variable():
+    """(the rewrite passes the name to _mb.assign where a loop may compact)"""
+    x = MaskedBatch.fromlist([torch.randn(k, 3) for k in (1, 3, 5, 6)], (True, False),
+                             batch_dim=None)
+    with pytest.raises(ValueError, match=r"variable 'h' would hold a value of per-example shape \(\)"):
+        batch(rank_changes, compact=0.9)(x)

@@ -260,3 +260,61 @@ def test_shared_reads_end_with_their_region():
     out = reads_around_an_in_place_update(x)
     assert getattr(_ACTIVE._local, "reads", None) is None
     out.padded_data.sum().backward()
+
+
+# ------------------------------------------------------------------ issue 27 item 14
+@batch
+def saved_read_then_changed_in_place(x):
+    """A read under some lanes that an op saves for its backward (``a * x``
+    saves ``a``), whose result no example then uses (``detach``), and an
+    in-place update of ``a`` where every example runs: fine per example;
+    batched the old value's history is kept for the other lanes, so the
+    saved read is reached in the backward and must still hold its values
+    (the fuzzer's seed 777497 found it)."""
+    a = x * 1.0
+    r = x * 1.0
+    if x.sum() > 0:
+        r = a * x
+        r = r.detach()
+    a -= 1.0
+    return a + r
+
+
+@batch
+def alias_read_across_an_in_place_update(x):
+    """``p = h`` (a loop temporary) is ``h``: an in-place update of ``h``
+    shows in ``p`` read after it, as for one example."""
+    h = x * 1.0
+    n = x.sum() * 0
+    out = x * 0
+    while n < x.abs().sum():
+        p = h
+        out = out + p * 2
+        h.mul_(0.5)
+        out = out + p * 3
+        n = n + 1
+    return out + h
+
+
+@batch
+def _bump(v):
+    v.add_(1.0)             # per example this changes the caller's tensor
+    return v * 2
+
+
+@batch
+def callee_changes_its_argument_in_a_branch(x):
+    h = x * 1.0
+    if x.sum() > 0:
+        y = h * 3           # the branch reads h before the call ...
+        z = _bump(h)        # ... and the call changes it in place
+        h = h + y + z
+    return h
+
+
+@pytest.mark.parametrize("f", [saved_read_then_changed_in_place,
+                               alias_read_across_an_in_place_update,
+                               callee_changes_its_argument_in_a_branch])
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_reads_in_a_branch_and_in_place_updates_after_them(f, lengths):
+    mb_test(f, (6, (True, 3)), lengths=lengths, dtype=torch.float64)

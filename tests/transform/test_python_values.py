@@ -144,8 +144,8 @@ def test_list_ops_only_in_active_lanes():
 
 def test_outside_batch_sizes_and_values_still_raise():
     x = _batch([1, 3])
-    with pytest.raises(ValueError, match="size_as_tensor"):
-        x.size(1)
+    with pytest.raises(TypeError, match="size_as_tensor"):
+        range(x.size(1))  # (a per-example int, where one Python int is needed)
     with pytest.raises(TypeError, match="@matchbox.batch"):
         x.sum().item()
     with pytest.raises(TypeError, match="@matchbox.batch"):
@@ -185,3 +185,61 @@ def test_reversed_per_example_lists(lengths):
     items: each example's own list reversed (items in reverse order, each
     still held by its lanes), then read per lane and stacked."""
     mb_test(_reversed_lists, (4, (True, 5), (False, 3)), lengths=lengths, dtype=torch.float64)
+
+
+TABLE = torch.randn(6, 3, dtype=D, requires_grad=True)
+
+
+@matchbox.batch
+def table_rows(x):                                    # x: (1, n, 6) scores per step
+    h = TABLE[0] * 0                                  # (3,)
+    for t in x.unbind(1):
+        tok = t.argmax(-1)
+        h = torch.tanh(TABLE[tok.item()] + h)         # a row, (3,) per example
+        h = h + TABLE[int(tok), 1:].sum() + TABLE[tok.item(), :2].sum(0)
+    return h, TABLE[tok]                              # tok is (1,): TABLE[tok] is (1, 3)
+
+
+@pytest.mark.parametrize("B,lengths", BATCHES)
+def test_table_row_at_a_per_example_int(B, lengths):
+    """table[tok.item()] is the row, (d,) per example (issue 27 item 4;
+    before, (1, d)), and a (1,) index still gives (1, d)."""
+    mb_test(table_rows, (B, (True, 5), (False, 6)), lengths=lengths, dtype=D, params=[TABLE])
+
+
+# ------------------------------------------------------------------ issue 27 items 3 and 11
+from torch.autograd import Variable  # noqa: E402  (the old tutorials' import)
+
+
+@matchbox.batch
+def checks_for_a_tensor(x, extra=None):              # x: (1, n, 3), extra: a list or None
+    if isinstance(x, torch.Tensor) and x.dim() == 3:
+        x = x * 2
+    if torch.is_tensor(x.sum()) and not isinstance(x, (list, tuple)):
+        x = x + 1
+    if isinstance(extra, list) or torch.is_tensor(extra):
+        x = x * 3
+    h = Variable(x.data.new(1, 3).zero_()) + Variable(x).sum(1)   # detached, as in torch
+    return x.sum(1) + h, isinstance(x, MaskedBatch) or isinstance(x, torch.Tensor)
+
+
+@pytest.mark.parametrize("B,lengths", BATCHES)
+def test_isinstance_is_tensor_and_variable_answer_as_per_example(B, lengths):
+    """Per example x is a Tensor: `isinstance(x, torch.Tensor)` and
+    `torch.is_tensor(x)` take that path under @batch (before, the batch
+    took the other one, a silently different result), and `Variable(x)` is
+    x.detach() as in torch (before, TypeError)."""
+    mb_test(checks_for_a_tensor, (B, (True, 5), (False, 3)), lengths=lengths, dtype=D)
+    mb_test(lambda x: checks_for_a_tensor(x, [1]), (B, (True, 5), (False, 3)), lengths=lengths,
+            dtype=D)
+    src = matchbox.to_source(checks_for_a_tensor)
+    assert "isinstance_(x, torch.Tensor)" in src and "tensor_call(Variable, x)" in src
+
+
+def test_outside_batch_a_masked_batch_is_no_tensor_to_isinstance():
+    """What docs/porting.md tells the user: outside @batch Python's
+    isinstance and torch's Variable cannot be reached."""
+    x = _batch([1, 3])
+    assert not isinstance(x, torch.Tensor) and not torch.is_tensor(x)
+    with pytest.raises(TypeError, match="Variable data has to be a tensor"):
+        Variable(x)

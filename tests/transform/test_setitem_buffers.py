@@ -219,6 +219,24 @@ def test_rewritten_source_rebinds_the_name():
     assert "buf = _mb.setitem(buf, _mb.read(i), " in src
 
 
+@batch
+def returned_early(x):
+    buf = torch.zeros(MAX, dtype=x.dtype)
+    for i in range(x.size(0)):
+        if x[i].sum() > 0:
+            return buf              # these examples are done with it; the others store on
+        buf[i] = 1.0
+    return buf
+
+
+@pytest.mark.parametrize("mode", LENGTHS)
+def test_a_buffer_returned_by_some_examples(mode):
+    """Before, the returned value held the buffer too, so it counted as
+    shared and the later plain stores reached the examples that had left."""
+    mb_test(returned_early, (6, (True, MAX), (False, 2)), batch_dim=None, lengths=mode,
+            dtype=torch.float64)
+
+
 # ------------------------------------------------------------------ refusals
 class Holder(nn.Module):
     def __init__(self):
@@ -355,4 +373,4 @@ def test_in_place_method_on_a_shared_tensor_is_refused():
 
 
 def test_in_place_method_source():
-    assert "count = _mb.inplace(count, 'add_', 'count', 1.0)" in to_source(counted)
+    assert "count = _mb.inplace(count, 'add_', 'count', 1.0, own=True)" in to_source(counted)

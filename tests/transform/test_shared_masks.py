@@ -86,8 +86,8 @@ def test_list_items_appended_under_the_same_lanes_share_a_mask():
     x = MaskedBatch.fromlist([torch.randn(1, 2) for _ in range(3)], (False,))
     lst = []
     with lanes(torch.tensor([True, False, True])):
-        lists.append(lst, x * 1)
-        lists.append(lst, x * 2)
+        lists.append(None, lst, x * 1)  # (no compaction owner)
+        lists.append(None, lst, x * 2)  # (no compaction owner)
         assert lst[0]._mask is lst[1]._mask
         pres = [lanes_present(v) for v in lst]
         assert pres[0] is pres[1] and _items_differ(pres, x.padded_data) == (False, False, None)

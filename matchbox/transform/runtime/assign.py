@@ -12,38 +12,23 @@ import torch
 
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
-from .compaction import owned as _owned
+from .compaction import owned
 from .lists import extend_owned
-from .select import ShapeMismatch, select
+from .select import ShapeMismatch, rebuilt, select
+from .update import _assign
 from .values import Mixed, Undefined
 
 
-def _mixed_assign(lanes, old, new):
-    """``new`` in ``lanes`` and ``old`` elsewhere, where ``old`` (a Mixed, or
-    a value) holds values of another rank than ``new`` in some lanes."""
-    parts = old.parts if type(old) is Mixed else [(None, old)]  # None: every lane
-    out, held, rest = new, lanes, []
-    for lanes_v, v in parts:
-        keep = ~lanes if lanes_v is None else lanes_v & ~lanes
-        try:
-            out = select(held, out, v)
-            held = held | keep
-        except ShapeMismatch:
-            if bool(keep.any()):
-                rest.append((keep, v))
-    return out if not rest else Mixed([(held, out)] + rest)
-
-
-def read(x, shared=True):
+def read(owner, x, shared=True):
     """``x`` as read inside a masked region: its dormant lanes are cut from
     the graph, so whatever they compute there adds no gradient (JAX feeds
     inactive branches stop_gradient'ed inputs the same way).  Every read of
     one value under the same lanes gives the same batch: one cut (one
     backward node) where each read would make its own.  The target of an
-    in-place op is read with ``shared=False``: a read of its own, whose
-    data is not the cut's view (which no in-place op may write), so that
-    the write reaches ``x``."""
-    comp = _owned()
+    in-place op is read with ``shared=False``: a read of its own (a read
+    shares ``x``'s storage, so the write reaches ``x``).  (``owner``, here and below: the runtime of
+    the calling function, see compaction.py.)"""
+    comp = owned(owner)
     return _read(x if comp is None else comp.take(x), shared)
 
 
@@ -65,18 +50,19 @@ def _read(x, shared=True):
     return r
 
 
-def assign(old, new):
-    """``new`` for the active lanes, ``old`` for the dormant ones."""
-    comp = _owned()
+def assign(owner, old, new, name=None):
+    """``new`` for the active lanes, ``old`` for the dormant ones (in
+    variable ``name``, which the rewrite gives where a loop may run
+    compacted, for the message when that cannot hold both)."""
+    comp = owned(owner)
     if comp is None:
         return _assign(old, new)
     try:
         return _compacted_assign(comp, old, new)
-    except ShapeMismatch as e:  # name the variable: the caller's local that holds ``old``
-        names = [k for k, v in sys._getframe(1).f_locals.items() if v is old]
-        if len(names) != 1 or e.name is not None:
+    except ShapeMismatch as e:
+        if name is None or e.name is not None:
             raise
-        raise ShapeMismatch(e.new, e.old, names[0]) from None
+        raise ShapeMismatch(e.new, e.old, name) from None
 
 
 @torch.enable_grad()   # each lane keeps its history, as in select
@@ -89,7 +75,7 @@ def _compacted_assign(comp, old, new, keep=True):
     if isinstance(new, tuple) and (isinstance(old, Undefined)
                                    or isinstance(old, tuple) and len(old) == len(new)):
         olds = old if isinstance(old, tuple) else (old,) * len(new)
-        return tuple(_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new))
+        return rebuilt(new, [_compacted_assign(comp, o, v, keep) for o, v in zip(olds, new)])
     if type(old) is Mixed:  # a compacted loop keeps one value per variable
         raise ShapeMismatch(new, next(v for _, v in old.parts))
     current = comp.take(old)
@@ -100,25 +86,11 @@ def _compacted_assign(comp, old, new, keep=True):
     kept = comp.keep(None if undefined else old, current, new) if keep else None
     if kept is not None:
         return kept
-    if not undefined and comp.compacted(old):
+    if not undefined and comp.compacted(old) and getattr(old, "_kept", None) is None:
         return new  # a loop temporary, bound (compacted) earlier in this iteration
     if comp.compacted(new):
         new = comp.expand(new)
     return new if undefined else select(comp.alive, new, comp.settle(old))
-
-
-def _assign(old, new):
-    lanes = _ACTIVE.get()
-    if lanes is None or old is new or isinstance(old, Undefined) or old is None:
-        return new
-    if isinstance(new, Undefined):
-        return old
-    if type(old) is Mixed:
-        return _mixed_assign(lanes, old, new)
-    try:
-        return select(lanes, new, old)
-    except ShapeMismatch:
-        return _mixed_assign(lanes, old, new)
 
 
 _AUG = {"+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub),
@@ -130,14 +102,14 @@ _AUG = {"+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub)
         ">>=": (operator.irshift, operator.rshift)}
 
 
-def aug_assign(old, op, value, in_place=True):
+def aug_assign(owner, old, op, value, in_place=True):
     """``old op= value``: in place (plain Python) when every lane is
     active, else a masked out-of-place update.  ``in_place=False``: the
     update of an item (``buf[k] += v``) that ``setitem`` then stores, out
     of place for a Tensor (a plain Tensor's item may take a per-example
     value)."""
     inplace, outplace = _AUG[op]
-    comp = _owned()
+    comp = owned(owner)
     if op == "+=" and isinstance(old, list):  # lst += items: appends per lane
         extend_owned(old, value, comp)
         return old
@@ -149,33 +121,36 @@ def aug_assign(old, op, value, in_place=True):
     return _assign(old, outplace(_read(old), value))
 
 
-def setitem(obj, key, value, name=None):
+def setitem(obj, key, value, name=None, own=False):
     """``obj[key] = value`` for the active lanes, and the object the local
     variable ``name`` (None: the target is no local variable) holds after
     it.  A Python dict or list keeps its old item in the dormant lanes (a
     new key takes ``value``, as a variable first bound in a branch does); a
     MaskedBatch honours the lanes itself; a plain Tensor of the function's
-    own takes the store as one copy per example (``_own_copies``)."""
+    own (``own``: the rewrite found that the function made it and lets
+    nothing else hold it, transform/buffers.py) takes the store as one copy
+    per example (``_own_copies``)."""
     if type(obj) in (dict, list):
         if _ACTIVE.get() is not None and type(key) is not slice:
             old = obj.get(key) if type(obj) is dict else obj[key]
             value = _assign(old, value)
     elif type(obj) is torch.Tensor and (_ACTIVE.get() is not None or _per_example(key, value)):
-        obj = _own_copies(obj, key, value, name)
+        obj = _own_copies(obj, key, value, name, own)
     obj[key] = value
     return obj
 
 
-def inplace(obj, method, name, *args, **kwargs):
+def inplace(obj, method, name, *args, own=False, **kwargs):
     """``obj.method(*args, **kwargs)``, an in-place method called as a
     statement on local variable ``name``, for the active lanes, and the
-    object ``name`` holds after it: a plain Tensor of the function's own,
-    changed under some lanes or by a per-example argument, becomes one copy
-    per example first (as for ``setitem``), so each example changes its own."""
+    object ``name`` holds after it: a plain Tensor of the function's own
+    (``own``, as for ``setitem``), changed under some lanes or by a
+    per-example argument, becomes one copy per example first, so each
+    example changes its own."""
     if type(obj) is torch.Tensor:
         value = next((a for a in (*args, *kwargs.values()) if type(a) is MaskedBatch), None)
         if _ACTIVE.get() is not None or value is not None:
-            obj = _own_copies(obj, None, value, name, f"{name}.{method}(...)")
+            obj = _own_copies(obj, None, value, name, own, f"{name}.{method}(...)")
             if type(obj) is MaskedBatch:
                 obj = obj.clone()  # (its copies are one expanded Tensor)
     getattr(obj, method)(*args, **kwargs)
@@ -187,43 +162,25 @@ def _per_example(key, value):
         type(key) is tuple and any(type(k) is MaskedBatch for k in key))
 
 
-def _refs(obj, key, value, name):   # called as setitem calls _own_copies
-    return _refs_inner(obj, key, value, name)
-
-
-def _refs_inner(t, key, value, name):
-    return sys.getrefcount(t)
-
-
-def _only_local():
-    buf = torch.empty(0)   # as the user's local: called as rewritten code calls setitem
-    return _refs(buf, None, None, None)
-
-
-# references to ``t`` in ``_own_copies`` when only the caller's local holds
-# it: counted through the same calls at import, since each CPython version
-# counts the references its calls hold differently
-_ONLY_LOCAL = _only_local()
-
-
-def _own_copies(t, key, value, name, op=None):
+def _own_copies(t, key, value, name, own, op=None):
     """Plain Tensor ``t``, stored into under some lanes or with a
     per-example key or value, as each example sees it: a MaskedBatch of one
     copy per example (no batch-of-one dimension: per example it is ``t``)
-    when it is the function's own, a local variable that nothing else
-    holds.  Else it is shared by every example: a plain store (one value
+    when it is the function's own (``own``, and no view of another Tensor).
+    Else it is shared by every example: a plain store (one value
     for every active lane) writes it as each example would; a per-example
     one, or an in-place method ``op`` (``"buf.add_(...)"``), raises."""
-    shared = name is None or t._base is not None or sys.getrefcount(t) > _ONLY_LOCAL
+    shared = not own or t._base is not None
     # an in-place method (``op``) need not give every example one value
     per_example = op is not None or _per_example(key, value)
     if shared and not per_example:
         return t
     if shared:
-        caller = sys._getframe(2)
+        caller = sys._getframe(2)   # (for the message only)
         what = ("is no local variable" if name is None else "is a view of another Tensor"
-                if t._base is not None else "something else holds too (an argument, an "
-                "attribute, another variable)")
+                if t._base is not None else "something else holds too, or that "
+                "this function did not make (an argument, an attribute, another variable, a "
+                "list or attribute it is stored in)")
         raise NotImplementedError(
             f"{op or (name or 'x') + '[...] = v'} at {caller.f_code.co_filename}:"
             f"{caller.f_lineno}: a per-example change to a plain Tensor that {what}; every "
@@ -236,9 +193,9 @@ def _own_copies(t, key, value, name, op=None):
     return MaskedBatch._new(t.expand(B, *t.shape), None, (False,) * t.dim(), bdim=None)
 
 
-def setattr_(obj, name, value):
+def setattr_(owner, obj, name, value):
     """``obj.name = value`` for the active lanes."""
     old = getattr(obj, name, None)
-    comp = _owned()
+    comp = owned(owner)
     setattr(obj, name, _assign(old, value) if comp is None
             else _compacted_assign(comp, old, value, keep=False))

@@ -1,13 +1,12 @@
 """Sibling recursive calls run as one call (see transform/sibling_calls.py)."""
-import sys
-
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, _Slot
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows, uncut
-from .compaction import shared_rows
+from .compaction import owned, shared_rows
 from .lists import _append_owned
+from .select import rebuilt
 from .values import Mixed
 
 _new = MaskedBatch._new
@@ -69,13 +68,14 @@ class SiblingLoop:
     lanes, ``run()`` stacks every call's active lanes, calls ``f`` once and
     appends each call's part to its list with the lanes it had, as the
     loop would have (see sibling_calls.py).  Calls that do not stack run
-    one by one, at ``run``, with their own lanes."""
+    one by one, at ``run``, with their own lanes.  ``owner``: the runtime
+    of the function that holds the loop."""
 
-    def __init__(self, f, auto=False):
-        self.f, self.auto, self.pending = f, auto, []
+    def __init__(self, owner, f, auto=False):
+        self.owner, self.f, self.auto, self.pending = owner, f, auto, []
 
     def defer(self, lst, *args):
-        comp = _owned_compaction()
+        comp = owned(self.owner)
         if _UNMERGED.get() or not any(type(a) is MaskedBatch for a in args):
             return _append_owned(lst, _call(self.f, args, _ACTIVE.get()), comp)
         self.pending.append((lst, args, _ACTIVE.get(), comp))
@@ -122,13 +122,13 @@ class SiblingLoop:
             _ACTIVE.reset(active)
 
 
-def recursive(f):
-    """``f`` as its own code calls it (a call that merging left plain): run
-    outside the compaction that its caller's frame gathers for (a gathered
-    branch or loop of that call, whose reads gathered the arguments), as a
-    stacked call does; the callee's code would take it for its own."""
-    comp = _COMPACT.get()
-    if comp is None or sys._getframe(1).f_code not in comp.codes:
+def recursive(owner, f):
+    """``f`` as its own code (whose runtime is ``owner``) calls it (a call
+    that merging left plain): run outside the compaction that the caller
+    gathers for (a gathered branch or loop of that call, whose reads
+    gathered the arguments), as a stacked call does; the callee's code
+    would take it for its own."""
+    if owned(owner) is None:
         return f
 
     def outside(*args, **kwargs):
@@ -151,12 +151,6 @@ def _call(f, args, lanes):
     finally:
         _COMPACT.reset(compact)
         _ACTIVE.reset(active)
-
-
-def _owned_compaction():
-    """The compaction that the code calling ``SiblingLoop.defer`` runs under."""
-    comp = _COMPACT.get()
-    return comp if comp is not None and sys._getframe(2).f_code in comp.codes else None
 
 
 def _stackable(values, B):
@@ -235,7 +229,7 @@ def _unstacked(out, parts, B):
     k = len(parts)
     if isinstance(out, tuple):
         split = [_unstacked(o, parts, B) for o in out]
-        return tuple(tuple(p[i] for p in split) for i in range(k))
+        return tuple(rebuilt(out, [p[i] for p in split]) for i in range(k))
     sizes = [B if rows is None else rows.numel() for rows in parts]
     if type(out) is MaskedBatch and out._data.size(0) == sum(sizes):
         data, mask = out.padded_data, out._mask  # (presence and sizes split alike)

@@ -14,7 +14,8 @@ runs on the live lanes only (:class:`Compaction`):
 - the loop test's result is widened back to the full batch;
 - inside, every compacted lane is active: ops take their unmasked paths.
 
-Only the function that owns the loop (its code and the lambdas in it)
+Only the function that owns the loop (its code and the lambdas in it, which
+call the runtime as that function's ``_mb``: the compaction's ``owner``)
 gathers and scatters; functions it calls see compacted values only.
 Loop temporaries (see ``analysis.loop_temporaries``) stay compacted: they
 are rebound before every read.  An in-place change to a gathered copy would
@@ -26,40 +27,32 @@ are sorted by length once, so the live lanes of each step are the first
 rows of that order, and the values the loop assigns stay compacted from one
 iteration to the next instead of being scattered back at every store.
 """
-import sys
-
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows
+from .select import ShapeMismatch, rebuilt, select
+from .update import _assign, _mixed_assign
+from .values import Mixed, Undefined
 
 _new = MaskedBatch._new
 
 
-def owned():
-    """The loop compaction that the caller of the calling runtime function
-    gathers and scatters for: only the loop's own function does."""
+def owned(owner):
+    """The compaction that code calling the runtime as ``owner`` (its
+    function's ``_mb``) gathers and scatters for: only the function that
+    made the loop or branch does."""
     comp = _COMPACT.get()
-    return comp if comp is not None and sys._getframe(2).f_code in comp.codes else None
-
-
-def function_codes(code):
-    """``code`` and the code objects nested in it (its lambdas)."""
-    out, todo = set(), [code]
-    while todo:
-        c = todo.pop()
-        out.add(c)
-        todo.extend(k for k in c.co_consts if hasattr(k, "co_consts"))
-    return frozenset(out)
+    return comp if comp is not None and comp.owner is owner else None
 
 
 class Compaction:
     """The live lanes ``alive`` (bool ``(B,)``) of a loop, as the ``n`` rows
     that this iteration runs on."""
 
-    def __init__(self, alive, codes, description):
-        self.alive, self.codes, self.description = alive, codes, description
+    def __init__(self, alive, owner, description):
+        self.alive, self.owner, self.description = alive, owner, description
         self.rows = alive.nonzero().squeeze(1)
         self.B, self.n = alive.numel(), self.rows.numel()
         self.cache = {}
@@ -104,7 +97,7 @@ class Compaction:
         """``x`` as this iteration reads it: the live rows of a full-batch
         value (of each, in a tuple)."""
         if isinstance(x, tuple):
-            return tuple(self.take(v) for v in x)
+            return rebuilt(x, [self.take(v) for v in x])
         return self._take(x)
 
     def _take(self, x):
@@ -195,8 +188,8 @@ class StepCompaction(Compaction):
     held then).  No gather or scatter per iteration for loop state: only
     loop items and values read from outside the loop are gathered."""
 
-    def __init__(self, lengths, codes, description):
-        self.codes, self.description = codes, description
+    def __init__(self, lengths, owner, description):
+        self.owner, self.description = owner, description
         self.order = lengths.argsort(descending=True, stable=True)
         self.inverse = self.order.argsort()
         self.B, self.n, self.cache = lengths.numel(), None, {}
@@ -248,7 +241,7 @@ class StepCompaction(Compaction):
 
     def settle(self, x):
         if isinstance(x, tuple):
-            return tuple(self.settle(v) for v in x)
+            return rebuilt(x, [self.settle(v) for v in x])
         kept = self._kept(x)
         if kept is None:
             return x
@@ -273,13 +266,12 @@ class MapCompaction(Compaction):
     its appends are recorded (``record``) for the loop to make step by step
     after the body."""
 
-    def __init__(self, rows, B, codes, description):
+    def __init__(self, rows, B, owner, description):
         self.rows, self.B, self.n = rows, B, rows.numel()
-        self.codes, self.description = codes, description
+        self.owner, self.description = owner, description
         self.alive, self.cache, self.records = None, {}, []
 
     def _take(self, x):
-        from .values import Mixed
         if type(x) is Mixed or type(x) is list and any(
                 getattr(v, "_listed", None) is not None for v in x):
             raise NotImplementedError(
@@ -291,7 +283,6 @@ class MapCompaction(Compaction):
         return super()._take(x)
 
     def assign(self, old, new, keep=True):
-        from .assign import _assign
         return _assign(old, new)
 
     def record(self, lst, value):
@@ -328,22 +319,10 @@ class MapCompaction(Compaction):
 BRANCH_SHARE = 0.3
 BRANCH_MIN_BATCH = 8
 
-_CODES = {}
-
-
-def codes_of(code):
-    """``function_codes(code)``, computed once per code object."""
-    out = _CODES.get(code)
-    if out is None:
-        out = _CODES[code] = function_codes(code)
-    return out
-
-
-def branch_compaction(lanes, n, share, code, description):
+def branch_compaction(lanes, n, share, owner, description):
     """The :class:`BranchCompaction` to run a branch with (its full-batch
     ``lanes``, ``n`` of them), or None to run it masked: ``share`` is the
     function's ``compact=`` (None: the measured rule above)."""
-    from ..._lanes import _COMPACT
     B = lanes.numel()
     if share is None:
         if n > BRANCH_SHARE * B or B < BRANCH_MIN_BATCH:
@@ -352,9 +331,9 @@ def branch_compaction(lanes, n, share, code, description):
         return None
     parent = _COMPACT.get()
     if parent is not None:  # never inside another compaction, but for a map's
-        if type(parent) is not MapCompaction or code not in parent.codes or n == parent.B:
+        if type(parent) is not MapCompaction or owner is not parent.owner or n == parent.B:
             return None
-    return BranchCompaction(lanes, codes_of(code), description, parent)
+    return BranchCompaction(lanes, owner, description, parent)
 
 
 class BranchCompaction(Compaction):
@@ -365,12 +344,41 @@ class BranchCompaction(Compaction):
     body (``parent``, a :class:`MapCompaction`) the full batch is the map's
     lanes, and a value from outside the loop is gathered to them first."""
 
-    def __init__(self, alive, codes, description, parent=None):
-        super().__init__(alive, codes, description)
-        self.parent = parent
+    def __init__(self, alive, owner, description, parent=None):
+        super().__init__(alive, owner, description)
+        self.parent, self.held = parent, None
+
+    def hold_attributes(self, holder):
+        """For the branch, ``owner``'s (a method's ``self``) full-batch
+        attributes (``self.memory``, ``self.cache``) hold their branch rows:
+        a method called in the branch reads them at the branch's batch size
+        and may set them (``release_attributes`` scatters them back).  Not
+        in a map loop's body, whose lanes are (example, step) pairs."""
+        attrs = getattr(holder, "__dict__", None)
+        if attrs is None or self.parent is not None:
+            return
+        before = dict(attrs)
+        gathered = {name: self.rows_of(v) for name, v in before.items() if self.full(v)}
+        attrs.update(gathered)
+        self.held = (attrs, before, gathered)
+
+    def release_attributes(self, done=True):
+        """After the branch (``done``: it ran to its end): each attribute of
+        the holder set in it to a value of the branch's rows holds that value
+        in those lanes and its old one in the others; the others are back
+        as they were."""
+        if self.held is None:
+            return
+        attrs, before, gathered = self.held
+        self.held = None
+        for name, v in list(attrs.items()):
+            old = before.get(name)
+            if name in gathered and (v is gathered[name] or not done):
+                attrs[name] = old  # read only (or the branch raised): as it was
+            elif done and (self.compacted(v) or v is not old and self.full(old)):
+                attrs[name] = self._write(old, v, self.alive)
 
     def _take(self, x):
-        from .values import Mixed
         if self.parent is not None:
             x = self.parent._take(x)
         if type(x) is Mixed:  # the part that the branch's lanes hold (or raise, as masked)
@@ -380,12 +388,10 @@ class BranchCompaction(Compaction):
     def assign(self, old, new, keep=True):
         """``old = new`` in the branch: ``new`` (computed on the branch's
         rows) written into ``old``'s rows of the branch."""
-        from .assign import _assign
-        from .values import Mixed, Undefined
         if isinstance(new, tuple) and (isinstance(old, Undefined)
                                        or isinstance(old, tuple) and len(old) == len(new)):
             olds = old if isinstance(old, tuple) else (old,) * len(new)
-            return tuple(self.assign(o, v) for o, v in zip(olds, new))
+            return rebuilt(new, [self.assign(o, v) for o, v in zip(olds, new)])
         new = _assign(self.take(old), new)  # (masked by a loop or branch inside this one)
         if type(new) is Mixed:
             out = old
@@ -397,9 +403,6 @@ class BranchCompaction(Compaction):
 
     @torch.enable_grad()   # each lane keeps its history, as in select
     def _write(self, old, new, lanes):
-        from .assign import _mixed_assign
-        from .select import ShapeMismatch, select
-        from .values import Mixed, Undefined
         if isinstance(old, Undefined) or old is None:
             return self.expand(new) if self.compacted(new) else new
         if self.compacted(old):

@@ -5,15 +5,15 @@ bool Tensor ``(B,)`` of lanes where it holds; ``not_``/``and_``/``or_``
 combine tests lane by lane; ``if_true``/``if_false`` narrow the active
 lanes for a branch; ``if_exp`` is ``a if c else b`` per lane.
 """
-import sys
-
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, active_lanes
 from ...core import MaskedBatch
-from .values import Undefined
 from .compaction import branch_compaction
+from .list_items import list_len
+from .regions import _combine, _inside, _under
 from .select import select
+from .values import Undefined
 
 _NONE = object()  # no compaction token to reset
 
@@ -35,7 +35,6 @@ def cond(value):
             c = c & value._mask.reshape(B)
         return c
     if type(value) is list and value:  # a list is true where the example's list is not empty
-        from .lists import list_len
         n = list_len(value)
         return cond(n > 0) if type(n) is MaskedBatch else n > 0
     return bool(value)
@@ -50,38 +49,6 @@ def not_(value):
     if isinstance(c, bool):
         return not c
     return _as_condition_batch(~c)
-
-
-def _under(lanes, thunk):
-    """Evaluate ``thunk`` with ``lanes`` (already combined) active."""
-    token = _ACTIVE.set(lanes)
-    try:
-        return thunk()
-    finally:
-        _ACTIVE.reset(token)
-
-
-def _combine(outer, c):
-    return c if outer is None else outer & c
-
-
-# The lanes of every lane (where the active lanes are None), for _within.
-_ALL = "all lanes"
-
-
-def _within(lanes, outer):
-    """Whether every lane of ``lanes`` is known to be in ``outer`` (each a
-    lanes Tensor or _ALL) without reading the device: ``outer`` is all
-    lanes, or ``lanes`` was made inside it (a loop's iteration inside the
-    previous one, a branch inside its surroundings: ``_inside``)."""
-    return outer is _ALL or lanes is outer or getattr(lanes, "_mb_within", None) is outer
-
-
-def _inside(lanes, outer):
-    """Record that ``lanes`` (a fresh Tensor) lies within ``outer`` (lanes
-    or None for all)."""
-    lanes._mb_within = _ALL if outer is None else outer
-    return lanes
 
 
 def and_(a, b_thunk):
@@ -132,13 +99,16 @@ class if_true:
     gathered: ``conditionals.py`` decides which) lets the branch run on its
     lanes only, gathered and scattered back (``compaction.BranchCompaction``),
     when few lanes take it: ``share`` is ``@batch(compact=...)``'s share,
-    None for the measured rule (``compaction.branch_compaction``)."""
+    None for the measured rule (``compaction.branch_compaction``).
+    ``owner``: the runtime of the function whose code holds the branch;
+    ``holder``: a method's ``self``, whose attributes a gathered branch
+    gathers and scatters back as it does variables."""
 
-    __slots__ = ("c", "gather", "share", "code", "token", "compact_token")
+    __slots__ = ("owner", "c", "gather", "share", "holder", "token", "compact_token")
 
-    def __init__(self, c, gather=None, share=None):
-        self.c, self.gather, self.share = c, gather, share
-        self.code = sys._getframe(1).f_code if gather is not None else None
+    def __init__(self, owner, c, gather=None, share=None, holder=None):
+        self.owner, self.c, self.gather, self.share = owner, c, gather, share
+        self.holder = holder
 
     def _lanes(self):
         return self.c
@@ -154,16 +124,18 @@ class if_true:
         if run and self.gather is not None:
             lanes = _ACTIVE.get()
             comp = None if lanes is None else branch_compaction(
-                lanes, n, self.share, self.code, self.gather)
+                lanes, n, self.share, self.owner, self.gather)
             if comp is not None:
                 self.compact_token = _COMPACT.set(comp)
                 _ACTIVE.set(None)  # every gathered lane is active
+                comp.hold_attributes(self.holder)
         return run
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, error, tb):
         if self.token is None and isinstance(self.c, bool):
             return False
         if self.compact_token is not _NONE:
+            _COMPACT.get().release_attributes(error is None)
             _COMPACT.reset(self.compact_token)
         _ACTIVE.reset(self.token)
         return False
@@ -173,10 +145,6 @@ class if_false(if_true):
     """The ``else`` of :func:`if_true`."""
 
     __slots__ = ()
-
-    def __init__(self, c, gather=None, share=None):
-        self.c, self.gather, self.share = c, gather, share
-        self.code = sys._getframe(1).f_code if gather is not None else None
 
     def _lanes(self):
         return not self.c if isinstance(self.c, bool) else ~self.c

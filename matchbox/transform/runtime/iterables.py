@@ -6,9 +6,12 @@ import builtins
 
 import torch
 
-from ..._lanes import active_lanes
+from ..._lanes import _ACTIVE, active_lanes
 from ...core import MaskedBatch
-from .lists import _listed, reversed_list
+from ...ops.steps import Steps
+from .list_items import reversed_list
+from .lists import _holds as holds, _listed
+from .select import select
 
 _new = MaskedBatch._new
 
@@ -184,6 +187,28 @@ class _LaneReversed(LaneIterable):
     def lane_items(self):
         for item, p in reversed(list(lane_items(self.items))):
             yield item, p
+
+
+def sum_(iterable, start=0):
+    """``sum(items, start)``: each example's sum of its own items (the
+    steps of ``x.unbind(d)``, a per-example list, a generator over them):
+    an item adds only in the lanes that hold it."""
+    if type(iterable) is Steps and iterable:
+        x, d = iterable._src()
+        return start + iterable._like(x.sum(d))
+    out = start
+    for item in iterable:
+        held = holds(item)
+        if held is None:
+            out = out + item
+            continue
+        lanes = active_lanes()
+        token = _ACTIVE.set(held if lanes is None else lanes & held)
+        try:
+            out = select(held, out + item, out)
+        finally:
+            _ACTIVE.reset(token)
+    return out
 
 
 def reversed_(seq):

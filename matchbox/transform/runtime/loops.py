@@ -1,31 +1,28 @@
 """Loops whose lanes leave one by one: ``while_loop`` and ``for_loop``,
 the context managers that lowered ``while`` and ``for`` statements run in
 (see transform/loops.py)."""
-import sys
-
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, active_lanes
 from ...core import MaskedBatch
 from ..errors import LoopLimitError
-from .compaction import Compaction, StepCompaction, function_codes
+from .compaction import Compaction, StepCompaction
 from .conditions import _combine, _inside, cond
 from .iterables import lane_items, per_example_items
 from .lists import _STEP, step_lanes
+from .select import rebuilt
 
 _new = MaskedBatch._new
 
 
 class _Loop:
-    def __init__(self, description, max_iterations, compact=None):
+    def __init__(self, owner, description, max_iterations, compact=None):
         """``compact``: the share of lanes at which the loop compacts (see
         compaction.py); only the code of the function that made the loop
-        (the caller of the subclass's ``__init__``) gathers and scatters."""
-        self.description, self.max_iterations = description, max_iterations
+        (whose runtime is ``owner``) gathers and scatters."""
+        self.owner, self.description, self.max_iterations = owner, description, max_iterations
         self.count = 0
         self.compact, self.compaction = compact, None
-        if compact is not None:
-            self.codes = function_codes(sys._getframe(2).f_code)
 
     def __enter__(self):
         self.outer = active_lanes()
@@ -72,9 +69,6 @@ class while_loop(_Loop):
     iterations after the live share drops to it or below run on the live
     lanes only (see compaction.py)."""
 
-    def __init__(self, description, max_iterations, compact=None):
-        super().__init__(description, max_iterations, compact)
-
     def test(self, c):
         self._tick()
         if self.compaction is not None:
@@ -85,7 +79,7 @@ class while_loop(_Loop):
                 and _COMPACT.get() is self.compaction:  # never inside another's compaction
             self.compaction = None
             if int(self.alive.sum()) <= self.compact * self.alive.numel():
-                self.compaction = Compaction(self.alive, self.codes, self.description)
+                self.compaction = Compaction(self.alive, self.owner, self.description)
                 _ACTIVE.set(None)  # every live lane is active
             _COMPACT.set(self.compaction)
         return go
@@ -97,7 +91,7 @@ def _lane_masks_dropped(item):
     lanes say that already, and an unmasked item keeps the body's ops and
     masked updates on their fast paths."""
     if isinstance(item, (tuple, list)):
-        return type(item)(_lane_masks_dropped(x) for x in item)
+        return rebuilt(item, [_lane_masks_dropped(x) for x in item])
     if isinstance(item, MaskedBatch) and item._mask is not None \
             and item._mask.numel() == item._mask.size(0):
         return _new(item.padded_data, None, item.dims, bdim=item._bdim)
@@ -117,8 +111,8 @@ class for_loop(_Loop):
     share of the lanes have it (see ``StepCompaction``); the variables it
     assigns are put back together after it by ``loop.settle(x)``."""
 
-    def __init__(self, iterable, extra, description, max_iterations, compact=None):
-        super().__init__(description, max_iterations, compact)
+    def __init__(self, owner, iterable, extra, description, max_iterations, compact=None):
+        super().__init__(owner, description, max_iterations, compact)
         self.iterable, self.extra = per_example_items(iterable), extra
 
     def __enter__(self):
@@ -172,7 +166,7 @@ class for_loop(_Loop):
         """Run this iteration on its ``n`` lanes only; its item compacted."""
         comp = self.compaction
         if comp is None:
-            comp = self.compaction = StepCompaction(steps.presences.sum(1), self.codes,
+            comp = self.compaction = StepCompaction(steps.presences.sum(1), self.owner,
                                                     self.description)
             _COMPACT.set(comp)
         comp.step(n, lanes)

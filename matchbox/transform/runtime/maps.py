@@ -17,17 +17,16 @@ steps and appended as the loop would have, step by step, in the lanes that
 appended it.  Anything else (a loop inside a compaction, an iterable other
 than steps of dynamic dims, a compiled run) runs as a plain ``for_loop``.
 """
-import sys
-
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from ...ops.shape import Steps
-from .compaction import MapCompaction, codes_of
+from .compaction import MapCompaction, owned
 from .iterables import zip_
 from .lists import _append_owned
 from .loops import for_loop
+from .select import rebuilt
 from .values import Mixed
 
 _new = MaskedBatch._new
@@ -44,10 +43,9 @@ class map_loop(for_loop):
     the loop over ``zip(*its)`` (``zipped``) or ``its[0]`` (see above);
     ``reads()``: the values from before the loop that the body reads."""
 
-    def __init__(self, description, max_iterations, zipped, reads, *iterables):
-        super().__init__(zip_(*iterables) if zipped else iterables[0], None, description,
+    def __init__(self, owner, description, max_iterations, zipped, reads, *iterables):
+        super().__init__(owner, zip_(*iterables) if zipped else iterables[0], None, description,
                          max_iterations)
-        self.codes = codes_of(sys._getframe(1).f_code)
         self.zipped, self.reads, self.iterables = zipped, reads, iterables
         self.map, self.running = None, False
 
@@ -90,7 +88,7 @@ class map_loop(for_loop):
         if not self._worth_it(item, pairs.numel() / B):
             yield from super().__iter__()
             return
-        self.map = MapCompaction(rows, B, self.codes, self.description)
+        self.map = MapCompaction(rows, B, self.owner, self.description)
         self.presence = presence
         _COMPACT.set(self.map)  # (over None: a map runs in no other compaction)
         _ACTIVE.set(None)
@@ -132,8 +130,7 @@ class map_loop(for_loop):
                 and (comp is self.map or getattr(comp, "parent", None) is self.map):
             self.map.record(lst, value)
         else:
-            comp = comp if comp is not None and sys._getframe(1).f_code in comp.codes else None
-            _append_owned(lst, value, comp)
+            _append_owned(lst, value, owned(self.owner))
 
     def _append_steps(self, pairs, B, T):
         """Make the body's appends, step by step, in the lanes that made them."""
@@ -200,7 +197,7 @@ def _split(value, pairs, B, T):
     """``t -> value's lanes of step t`` (as a value of the ``B`` examples)."""
     if isinstance(value, (tuple, list)):
         parts = [_split(v, pairs, B, T) for v in value]
-        return lambda t: type(value)(p(t) for p in parts)
+        return lambda t: rebuilt(value, [p(t) for p in parts])
     if type(value) is not MaskedBatch:
         if isinstance(value, (Mixed, dict)):
             raise NotImplementedError(

@@ -7,66 +7,49 @@ methods.  On a :class:`~matchbox.MaskedBatch` they give each example its
 own value: a *per-example scalar*, a MaskedBatch holding one 0-dim value
 per example (storage ``(B,)``, dims ``()``, no batch-of-one dimension),
 which arithmetic, comparisons, ``range``, indexing and conditions take.
-A size of a static dimension stays an int.  Outside ``@batch`` the
-MaskedBatch methods keep raising, naming ``size_as_tensor`` or
-``@matchbox.batch``.
+A size of a static dimension stays an int.  (``x.size(d)`` and
+``x.shape`` are the MaskedBatch methods' per-example sizes; outside
+``@batch`` ``len()``, ``.item()``, ``int()``, ``float()`` and ``bool()``
+raise, naming ``size_as_tensor`` or ``@matchbox.batch``.)
 """
 import builtins
 import math
 
 import torch
 
-from ...core import MaskedBatch, storage_dim
-from .lists import is_per_lane, list_len
-
-_new = MaskedBatch._new
-
-
-def per_example(values, mask=None):
-    """A per-example scalar holding ``values`` (a Tensor ``(B,)``)."""
-    return _new(values, mask, (), bdim=None)
-
-
-def _size_of(x, dim):
-    d = storage_dim(x, dim)
-    if d == 0:
-        return 1
-    if x.dims[d - 1]:
-        return per_example(x._lengths(d))
-    return x._data.size(d)
+from ..._sizes import per_example
+from ...core import MaskedBatch
+from ...ops.steps import Steps
+from .list_items import list_len
+from .lists import is_per_lane
+from .select import example_shape
 
 
 def size(x, *args, **kwargs):
-    """``x.size(d)``: of a dynamic dimension, each example's own size; ``x.size()``
-    with a dynamic dimension, a tuple whose entries are those sizes."""
-    if type(x) is not MaskedBatch:
-        return x.size(*args, **kwargs)
-    dim = args[0] if args else kwargs.get("dim")
-    if dim is None:
-        return shape(x)
-    return _size_of(x, dim)
+    """``x.size(d)``: of a dynamic dimension, each example's own size;
+    ``x.size()`` with a dynamic dimension, an ExampleShape of those sizes
+    (the MaskedBatch method gives them, matchbox/_sizes.py)."""
+    return x.size(*args, **kwargs)
 
 
 def shape(x):
-    """``x.shape``: a tuple holding each example's own size of a dynamic
-    dimension (a ``torch.Size`` when every dimension is static)."""
-    if type(x) is not MaskedBatch:
-        return x.shape
-    if not any(x.dims):
-        return x.size()
-    return tuple(_size_of(x, i) for i in range(x.dim()))
+    """``x.shape`` (see ``size``)."""
+    return x.shape
 
 
 def len_(x):
-    """``len(x)``: of a per-example list, each example's own length; of a
-    MaskedBatch whose dimension 0 is dynamic, each example's own size."""
+    """``len(x)``: of a per-example list or the steps of ``x.unbind(d)``,
+    each example's own length; of a MaskedBatch whose dimension 0 is
+    dynamic, each example's own size."""
     if type(x) is list:
         return list_len(x)
+    if type(x) is Steps:
+        return x.lengths()
     if type(x) is not MaskedBatch:
         return builtins.len(x)
     if x.dim() == 0:
         raise TypeError("len() of a 0-d tensor")
-    return _size_of(x, 0)
+    return x.size(0)
 
 
 def _one_value(x, what):
@@ -74,7 +57,6 @@ def _one_value(x, what):
     examples must each hold exactly one element)."""
     shape = x._data.shape[1:]
     if math.prod(shape) != 1:
-        from .select import example_shape
         raise ValueError(
             f"{what} needs one value per example, but each example has shape "
             f"{example_shape(x)}; reduce it first (x.sum(), x.max(), x[0, -1]) or index "

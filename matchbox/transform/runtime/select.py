@@ -5,6 +5,7 @@ and widening dynamic dimensions where the two differ."""
 import torch
 
 from ...core import MaskedBatch, example_to_storage
+from ...ops._registry import presence
 
 _new = MaskedBatch._new
 
@@ -103,6 +104,12 @@ def _same_layout(a, b):
         and (ma is mb or ma is not None and mb is not None and ma.shape == mb.shape)
 
 
+def rebuilt(like, items):
+    """A tuple or list of ``like``'s type holding ``items`` (a namedtuple
+    such as ``State(h, c)`` takes them as its fields)."""
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
+
+
 def _requires_grad(x):
     if isinstance(x, (tuple, list)):
         return any(_requires_grad(v) for v in x)
@@ -137,7 +144,7 @@ def _select(lanes, a, b):
                     present=_present(lanes, a, b), sizes=a._sizes if a._sizes is b._sizes else None)
     if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
             and any(isinstance(v, (torch.Tensor, MaskedBatch)) for v in a):
-        return type(a)(select(lanes, x, y) for x, y in zip(a, b))
+        return rebuilt(a, [select(lanes, x, y) for x, y in zip(a, b)])
     tensors = (torch.Tensor, MaskedBatch)
     if not isinstance(a, tensors) and not isinstance(b, tensors):
         if isinstance(a, (bool, int, float)) and isinstance(b, (bool, int, float)):
@@ -198,7 +205,6 @@ def _present(lanes, a, b):
     pb = b._present if isinstance(b, MaskedBatch) else None
     if pa is None and pb is None:
         return None
-    from ...ops._registry import presence
     ones = torch.ones_like(lanes)
     qa = presence(a) if isinstance(a, MaskedBatch) else None
     qb = presence(b) if isinstance(b, MaskedBatch) else None
