@@ -17,7 +17,6 @@ Ops reach MaskedBatch through ``__torch_function__`` and the rule table in
 its validation, conversions and sizes.
 """
 import dataclasses
-import dis
 import sys
 
 import torch
@@ -138,12 +137,6 @@ def empty_sizes(lengths, present):
     return dict(lengths) if bool(hidden.any()) else None
 
 
-_SUBSCR = {dis.opmap[n] for n in ("BINARY_SUBSCR", "STORE_SUBSCR") if n in dis.opmap}
-
-
-def _subscripting(frame):
-    """Whether ``frame`` is executing ``a[b]`` (or ``a[b] = c``) now."""
-    return frame.f_code.co_code[frame.f_lasti] in _SUBSCR
 
 
 def _check_mask_examples(mask, dims):
@@ -651,12 +644,22 @@ class MaskedBatch:
 
     def __len__(self):
         """The size of each example's dimension 0: 1 where that is its
-        batch-of-one dimension (``batch_size`` counts the examples)."""
-        if self.dim() == 0 or _subscripting(sys._getframe(1)):
-            # torch's indexing asks whether an index is a sequence of indices
-            # (table[idx] with a per-example idx); it is one index
-            raise TypeError("len() of a 0-d tensor" if self.dim() == 0 else
-                            "a MaskedBatch index is one index, not a sequence of them")
+        batch-of-one dimension (``batch_size`` counts the examples).
+
+        A batch of integers or bools may be an index, and torch's indexing
+        (``table[idx]``, ``table[idx] = v`` with ``table`` a plain Tensor)
+        takes the len() of an index that is no Tensor to ask whether it is a
+        sequence of indices; a per-example index is one index.  So len() of
+        such a batch raises TypeError, which tells torch so (as a 0-dim
+        tensor's does); its size is ``x.size(0)``.  (Under @batch, len(x)
+        is rewritten and gives each example's own size.)"""
+        if self.dim() == 0:
+            raise TypeError("len() of a 0-d tensor")
+        if not (self._data.is_floating_point() or self._data.is_complex()):
+            raise TypeError(
+                "len() of a MaskedBatch of integers or bools: it may be an index, which "
+                "torch's indexing takes as one index (table[idx]) only if len() fails; read "
+                "its size with x.size(0)")
         n = self.size(0)
         if type(n) is not int:
             raise ValueError(

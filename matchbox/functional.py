@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as _F
 from torch.nn.functional import *  # noqa: F401,F403
 
-from .core import RULES as _RULES, dispatch as _dispatch
+from .core import RULES as _RULES, MaskedBatch as _MaskedBatch, dispatch as _dispatch
 from .ops.helpers import HELPERS as _HELPERS
 from .ops.shape import cat as _cat, stack as _stack
 
@@ -28,6 +28,16 @@ def stack(sequence, dim=0, dynamic=None):
 
 def cat(sequence, dim=0):
     return _dispatch(torch.cat, _RULES[torch.cat], (list(sequence), dim), {})
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """torch's ``F.l1_loss``, whose ``weight`` reaches matchbox's rule
+    (torch's own does not pass it on to a MaskedBatch)."""
+    if any(type(a) is _MaskedBatch for a in (input, target, weight)):
+        return _dispatch(_F.l1_loss, _RULES[_F.l1_loss],
+                         (input, target, size_average, reduce, reduction, weight), {})
+    return _F.l1_loss(input, target, size_average, reduce, reduction,
+                      **({} if weight is None else {"weight": weight}))
 
 
 stack.__doc__, cat.__doc__ = _stack.__doc__, _cat.__doc__

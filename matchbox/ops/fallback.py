@@ -122,6 +122,11 @@ def _refusal(name):
         next((w for p, w in _PREFIXES.items() if name.startswith(p)), None)
 
 
+#: torch.Tag.out marks the out= overloads (torch 2.11 and newer; older
+#: releases name them only by their ``out`` suffix)
+_OUT_TAG = getattr(torch.Tag, "out", None)
+
+
 @functools.lru_cache(maxsize=None)
 def _aten(name):
     """``(writes, dynamic)`` from the aten schemas of the op named ``name``:
@@ -133,7 +138,7 @@ def _aten(name):
     writes = dynamic = False
     for overload in packet.overloads():
         op = getattr(packet, overload)
-        if torch.Tag.out in op.tags or overload.endswith("out"):
+        if _OUT_TAG in op.tags or overload.endswith("out"):
             continue
         writes = writes or any(a.alias_info is not None and a.alias_info.is_write
                                and not a.kwarg_only and isinstance(a.type, torch.TensorType)

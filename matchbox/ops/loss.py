@@ -373,18 +373,20 @@ def _weighted_pointwise(opname, base):
     return rule
 
 
-def _dropped_kwarg(func, name, depth=12):
-    """The value of argument ``name`` in the nearest active call of the
-    Python function ``func`` up the stack, or None."""
-    code = getattr(func, "__code__", None)
+def _weight_dropped(depth=12):
+    """Whether the nearest call of torch's ``F.l1_loss`` up the stack was
+    given a ``weight``, which it does not pass on to __torch_function__
+    overrides.  Only to refuse (the loss would be silently unweighted):
+    the weight itself comes as an argument (``matchbox.functional.l1_loss``)."""
+    code = getattr(F.l1_loss, "__code__", None)
     frame = sys._getframe(2)
     for _ in range(depth):
         if frame is None or code is None:
-            return None
+            return False
         if frame.f_code is code:
-            return frame.f_locals.get(name)
+            return frame.f_locals.get("weight") is not None
         frame = frame.f_back
-    return None
+    return False
 
 
 mse_loss = register(F.mse_loss)(_weighted_pointwise("mse_loss", F.mse_loss))
@@ -394,10 +396,13 @@ _l1_rule = _weighted_pointwise("l1_loss", F.l1_loss)
 @register(F.l1_loss)
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     # torch's F.l1_loss does not forward ``weight`` to __torch_function__
-    # overrides; read it from the F.l1_loss call itself rather than silently
-    # computing the unweighted loss.
-    if weight is None:
-        weight = _dropped_kwarg(F.l1_loss, "weight")
+    # overrides: matchbox.functional.l1_loss passes it here itself, and a
+    # weight given to torch's raises rather than a silently unweighted loss
+    if weight is None and _weight_dropped():
+        raise NotImplementedError(
+            "torch.nn.functional.l1_loss(..., weight=w) does not pass weight on to matchbox "
+            "(torch drops it before dispatch to MaskedBatch); call "
+            "matchbox.functional.l1_loss(..., weight=w), which does")
     return _l1_rule(input, target, size_average, reduce, reduction, weight)
 
 

@@ -355,7 +355,7 @@ def test_pad_errors():
     x = batch([2, 5])
     with pytest.raises(RuntimeError, match="Padding size should be less"):
         F.pad(x, (2, 2), mode="reflect")  # the length-2 example cannot reflect 2
-    with pytest.raises(NotImplementedError, match="Padding size 2 is not supported for 4D"):
+    with pytest.raises(NotImplementedError, match="(?i)padding"):
         F.pad(batch([3, 4], extra=(3,)), (1, 1), mode="reflect")  # torch's own rule, per example
     with pytest.raises(ValueError, match="dimension 0"):
         F.pad(x, (0, 0, 0, 0, 1, 0))

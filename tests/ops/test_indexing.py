@@ -1,5 +1,7 @@
 """Indexing: x[...] (per-example negative indices and slices), per-example
 index batches, gather, index_select, narrow, select and x[...] = v."""
+import operator
+
 import pytest
 import torch
 
@@ -102,6 +104,22 @@ def test_shared_table_indexed_per_example():
     idx = MaskedBatch.fromlist([torch.tensor([[1, 6, -1]]), torch.tensor([[2]])], (True,))
     mb_test(lambda t, i: t[i], table, idx, dtype=torch.float64)
     mb_test(lambda t, i: t[i, 1:], table, idx, dtype=torch.float64)
+
+
+def test_shared_table_indexed_per_example_through_calls():
+    """table.__getitem__(idx), operator.getitem: before, __len__ read the
+    caller's bytecode to see a subscript, and these have none."""
+    table = torch.randn(7, 3, dtype=torch.float64)
+    idx = MaskedBatch.fromlist([torch.tensor([[1, 6, -1]]), torch.tensor([[2]])], (True,))
+    mb_test(lambda t, i: operator.getitem(t, i), table, idx, dtype=torch.float64)
+    mb_test(lambda t, i: t.__getitem__(i), table, idx, dtype=torch.float64)
+
+
+def test_len_is_the_per_example_size_but_an_index_has_none():
+    x = MaskedBatch.fromlist([torch.randn(1, 3), torch.randn(1, 3)], (False,))
+    assert len(x) == 1 and len(x[0]) == 3
+    with pytest.raises(TypeError, match="x.size"):
+        len(x.long())
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import matchbox.functional as MF
 from matchbox import MaskedBatch, example_mean, example_sum, token_mean
 from matchbox._lanes import lanes
 from matchbox.test_utils import mb_test
@@ -297,7 +298,7 @@ def test_kl_div_batchmean(lengths, log_target):
 @pytest.mark.parametrize("name", ["mse", "l1", "huber"])
 @pytest.mark.parametrize("lengths", LENGTHS)
 def test_weighted_elementwise(name, lengths):
-    fn = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.huber_loss}[name]
+    fn = {"mse": F.mse_loss, "l1": MF.l1_loss, "huber": F.huber_loss}[name]
     xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], lengths)
     ws = [t.abs() + 0.1 for t in _ew_examples(EW_SPECS["dynamic"], lengths, seed=3)[1]]
     mb_test(lambda x, t, w: fn(x, t, reduction="none", weight=w), MaskedBatch.fromlist(xs, dims),
@@ -305,6 +306,16 @@ def test_weighted_elementwise(name, lengths):
     for reduction in ("mean", "sum"):
         _check_reduced(lambda x, t, w: fn(x, t, reduction=reduction, weight=w),
                        [xs, ts, ws], [dims, dims, dims], reduction)
+
+
+def test_l1_weight_given_to_torchs_l1_loss_is_refused():
+    """torch.nn.functional.l1_loss does not pass weight on to MaskedBatch's
+    dispatch; matchbox.functional.l1_loss does."""
+    xs, ts, dims = _ew_examples(EW_SPECS["dynamic"], "mixed")
+    x, t = MaskedBatch.fromlist(xs, dims), MaskedBatch.fromlist(ts, dims)
+    with pytest.raises(NotImplementedError, match="matchbox.functional.l1_loss"):
+        F.l1_loss(x, t, weight=t.abs())
+    F.l1_loss(x, t)   # no weight: as ever
 
 
 def test_bce_with_weight_tensor():

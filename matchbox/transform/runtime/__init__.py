@@ -74,9 +74,9 @@ OWNED = {"read": read, "assign": assign, "aug_assign": aug_assign, "setattr_": s
 
 def function_runtime():
     """The runtime as one rewritten function calls it (its ``_mb``): every
-    name of ``__all__``, the calls of ``OWNED`` given this object as their
-    ``owner``."""
-    rt = types.SimpleNamespace(**{name: globals()[name] for name in __all__})
+    public name of this package, the calls of ``OWNED`` given this object
+    as their ``owner``."""
+    rt = types.SimpleNamespace(**{k: v for k, v in globals().items() if not k.startswith("_")})
     for name, f in OWNED.items():
         setattr(rt, name, functools.partial(f, rt))
     return rt
