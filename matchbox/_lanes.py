@@ -15,9 +15,13 @@ from contextlib import contextmanager
 
 
 class _Local(threading.local):
-    def __init__(self):   # run in every thread: each starts with these set
-        # (torch.compile then guards on their values, not on whether this
-        # thread has set them yet)
+    """One thread's value of a ``_Slot`` (None until set: an attribute read
+    is ~5x faster than ``getattr`` with a default, and the runtime reads
+    the lanes several hundred times a loop step).  Set in every thread's
+    ``__init__``, not as class defaults: torch.compile then guards on
+    their values, not on whether this thread has set them yet."""
+
+    def __init__(self):
         self.value = self.reads = None
 
 
