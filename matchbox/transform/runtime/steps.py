@@ -15,24 +15,28 @@ Eagerly ``step_loop`` just calls it.  Compiled, dynamo would otherwise
 trace and unroll the body at every step (the BiLSTM tagger's loss took
 11 to 14 minutes to compile at the paper's size).  Instead a loop over
 per-example steps runs outside the graph (``eager``: a graph break), and
-``compiled_step`` runs each step as one graph: the lanes and the
-arguments go in as Tensors (a MaskedBatch as its data and masks), the
-graph rebuilds them, runs the body under those lanes and returns the
-Tensors of what it returns.  Steps whose arguments have the same
-structure, shapes and modules share one key and one compiled function
-(with the backend of the compile that runs the loop, ``fullgraph``), so
-the body is compiled once for all of them.  The first step of a key in a
-loop runs eagerly and records how to put what it returned back together
-(``_specs``), the next compile; the compiled function records nothing (a Python effect
-there would be guarded on).  The lists the body appends to are stand-ins
+``compiled_step`` runs each step as one graph (the region): the step's
+values are cut to the rows of its active lanes (step_rows.py), go in as
+Tensors (a MaskedBatch as its data and masks), and the region rebuilds
+them, runs the body and returns the Tensors of what it returns, which
+are put back among the other rows.  Steps whose values have the same
+structure, shapes (but the number of rows) and modules share one key
+and one compiled function (with the backend of the compile that runs
+the loop, ``fullgraph``, the rows dynamic), so the body is compiled once
+for all of them.  The first step of a key in a loop runs eagerly and
+records how to put what it returned back together (``_specs``), the next
+compiles; the compiled function records nothing (a Python effect there
+would be guarded on).  The lists the body appends to are stand-ins
 (``_Appends``) that record what it appended, and the appends are made
 after the call; the lanes and the other per-thread state it sets are
 reset before it returns.  Values the body passes through unchanged come
 back as the caller's own objects.
 
-Anything a graph cannot take (a list, a dict, an object, an int that
-changes every step, every lane active, a loop inside a compaction, a
-body that does not compile to one graph) runs the body inline, eagerly.
+A value whose rows cannot be put back (a variable with no value before
+the loop) makes the step run on every lane, masked.  Anything a graph
+cannot take (a list, a dict, an object, an int that changes every step,
+every lane active, a loop inside a compaction, a body that does not
+compile to one graph) runs the body inline, eagerly.
 """
 import functools
 import types
