@@ -291,10 +291,10 @@ def eager(fn):
             from torch._dynamo import skip_frame
             skip_frame()
         outer = set_eval_frame(None)
-        backend = None
-        if getattr(outer, "_torchdynamo_orig_backend", None) is not None:
-            from torch._dynamo.eval_frame import innermost_backend
-            backend = innermost_backend(outer)
+        # the compile's frame callback wraps its backend (in one wrapper or more)
+        backend = getattr(outer, "_torchdynamo_orig_backend", None)
+        while hasattr(backend, "_torchdynamo_orig_backend"):
+            backend = backend._torchdynamo_orig_backend
         token = _BACKEND.set(backend)
         try:
             return fn(*args)
