@@ -61,7 +61,7 @@ def run(capsys, *argv):
 @pytest.mark.parametrize("name,construct", [
     ("countdown", "_mb.while_loop("),          # not decorated in the file
     ("decorated", "_mb.if_true("),             # already @batch
-    ("Model.forward", "_mb.for_loop("),        # a method
+    ("Model.forward", "_mb.step_loop("),       # a method
     ("Model.helper", "_mb.if_exp("),           # a staticmethod
 ])
 def test_show_prints_the_rewrite(capsys, model_file, name, construct):

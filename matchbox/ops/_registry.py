@@ -196,6 +196,21 @@ def fail_if(bad, error, summary):
                                     f"eagerly on CPU to see which example)")
 
 
+def fail_outside(index, lo, hi, error, summary, check=None):
+    """``fail_if`` for an integer ``index`` with an entry outside ``[lo,
+    hi]`` (numbers or Tensors that broadcast) where ``check`` (bool, or None:
+    everywhere) holds.  On CPU, eagerly, a clamp and one ``torch.equal``
+    (the entry is looked up only when it fails)."""
+    inside = index.clamp(lo, hi)
+    eager = index.is_cpu and not torch.compiler.is_compiling()
+    if eager and torch.equal(inside, index):  # (then where check holds, too)
+        return
+    if check is not None:
+        inside = torch.where(check, inside, index)
+    if not (eager and torch.equal(inside, index)):
+        fail_if(inside != index, error, summary)
+
+
 def gathers_rows(t, small=True):
     """Whether row-wise rules (linear, layer norm, embedding, RNN cells)
     compute only the real rows of ``t`` (gather, run, scatter back: on CPU,
@@ -282,8 +297,11 @@ def _describe(x, d):
 
 def check_same_lengths(a, da, b, db, op):
     """Raise ValueError unless dynamic dim ``da`` of ``a`` and ``db`` of ``b``
-    have the same per-example lengths.  Skipped when both share one mask."""
-    if a._mask is b._mask and da == db:
+    have the same per-example lengths.  Skipped when both share one mask,
+    or equal masks that alone say the lengths."""
+    ma, mb_ = a._mask, b._mask
+    if da == db and (ma is mb_ or ma is not None and mb_ is not None and a._sizes is None
+                     and b._sizes is None and _same_mask(ma, mb_)):
         return
     na, nb = a.padded_data.size(da), b.padded_data.size(db)
     ma, mb_ = prefix_mask(a, da), prefix_mask(b, db)
@@ -316,41 +334,41 @@ def align(args, op="op"):
     first = _one_layout(args)
     if first is not None:  # nothing to line up: one mask, dims and shape
         return [a.padded_data if type(a) is MaskedBatch else a for a in args], first._mask, first.dims
-    batches = [a for a in args if isinstance(a, MaskedBatch)]
-    B = batches[0].padded_data.size(0)
-    n = max(b.padded_data.dim() for b in batches) - 1
+    # (each operand's padded data read once: it is a property)
+    padded = [a.padded_data if isinstance(a, MaskedBatch) else None for a in args]
+    batches = [(a, d) for a, d in zip(args, padded) if d is not None]
+    ref = batches[0][1]
+    B = ref.size(0)
+    n = max(d.dim() for _, d in batches) - 1
     dims = [False] * n
-    owner = [None] * n  # the first batch with a dynamic dim at each position
-    for b in batches:
-        if b.padded_data.size(0) != B:
+    owner = [None] * n  # the first batch with a dynamic dim at each position, and its data
+    for b, data in batches:
+        if data.size(0) != B:
             raise ValueError(
-                f"{op}: batch sizes differ ({B} vs {b.padded_data.size(0)}); both operands must "
+                f"{op}: batch sizes differ ({B} vs {data.size(0)}); both operands must "
                 f"hold the same examples" + batch_size_hint())
-        if b.padded_data.device != batches[0].padded_data.device:
-            raise ValueError(f"{op}: operands are on {batches[0].padded_data.device} and {b.padded_data.device}")
-        off = n - (b.padded_data.dim() - 1)
+        if data.device != ref.device:
+            raise ValueError(f"{op}: operands are on {ref.device} and {data.device}")
+        off = n + 1 - data.dim()
         for i, dyn in enumerate(b.dims):
-            if dyn:
+            if dyn and owner[off + i] is None:
                 dims[off + i] = True
-                if owner[off + i] is None:
-                    owner[off + i] = (b, i + 1)
+                owner[off + i] = (b, i + 1, data)
     datas, masks = [], []
-    for a in args:
-        if isinstance(a, MaskedBatch):
-            off = n - (a.padded_data.dim() - 1)
-            data, mask = a.padded_data, a._mask
-            for i in range(n):
+    for a, data in zip(args, padded):
+        if data is not None:
+            mask = a._mask
+            off = n + 1 - data.dim()
+            for i in range(off, n):
                 if not dims[i]:
                     continue
-                if i < off:
-                    continue
                 d = i - off + 1
-                first, fd = owner[i]
+                first, fd, fdata = owner[i]
                 if a.dims[d - 1]:
                     if a is not first:
                         check_same_lengths(first, fd, a, d, op)
-                    if data.size(d) < first.padded_data.size(fd) or data.size(d) > first.padded_data.size(fd):
-                        size = max(data.size(d), first.padded_data.size(fd))
+                    if data.size(d) != fdata.size(fd):
+                        size = max(data.size(d), fdata.size(fd))
                         data = _pad_dim(data, d, size)
                         mask = _pad_dim(a.mask if mask is None else mask, d, size)
                 elif data.size(d) != 1:
@@ -388,10 +406,19 @@ def align(args, op="op"):
             datas.append(a)
     mask = None
     for m in masks:
-        mask = m if mask is None else (mask if m is mask else mask & m)
+        mask = m if mask is None else mask if _same_mask(mask, m) else mask & m
     if mask is not None:
         mask = canon_mask(mask, _broadcast_shape(datas), dims)
     return datas, mask, tuple(dims)
+
+
+def _same_mask(a, b):
+    """Whether bool masks ``a`` and ``b`` are one, or equal (compared on the
+    host: CPU, eagerly).  Equal masks made apart (``words`` and ``heads``
+    of a batch, each from its own ``fromlist``) then combine into one of
+    them, not a new Tensor, and the caches rules keep on a mask hit."""
+    return a is b or (a.shape == b.shape and a.is_cpu and b.is_cpu
+                      and not torch.compiler.is_compiling() and torch.equal(a, b))
 
 
 def _one_layout(args):
@@ -415,8 +442,18 @@ def _one_layout(args):
 def _broadcast_shape(datas):
     shapes = [d.shape for d in datas if isinstance(d, torch.Tensor)]
     if all(s == shapes[0] for s in shapes):
-        return shapes[0]  # torch.broadcast_shapes is slow pure Python
-    return torch.broadcast_shapes(*shapes)
+        return shapes[0]
+    if torch.compiler.is_compiling():
+        return torch.broadcast_shapes(*shapes)
+    # torch.broadcast_shapes is slow pure Python (its checks cost ~40 us a call)
+    out = [1] * max(len(s) for s in shapes)
+    for s in shapes:
+        for i, k in enumerate(s, len(out) - len(s)):
+            if k != 1:
+                if out[i] != 1 and out[i] != k:
+                    return torch.broadcast_shapes(*shapes)  # (raises its own error)
+                out[i] = k
+    return torch.Size(out)
 
 
 def canon_mask(mask, shape, dims):

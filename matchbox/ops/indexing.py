@@ -29,10 +29,10 @@ entries of active lanes.
 import torch
 
 from .. import _lanes
-from ..core import derived, mask_from_lengths, squeezed, storage_dim
-from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, is_mb,
-                        lengths_presence, new,
-                        norm_dim, real_mask, register_distinct, with_lanes)
+from ..core import MaskedBatch, derived, mask_from_lengths, squeezed, storage_dim, uncut
+from ._registry import (_pad_dim, align, canon_mask, check_same_lengths, fail_if, fail_outside,
+                        is_mb, lengths_presence, new, norm_dim, real_mask, register_distinct,
+                        with_lanes)
 from .shape import _as_batch, _unsqueeze, gather_line, lanes_present
 
 T = torch.Tensor
@@ -73,47 +73,129 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     ``index`` is a long ``(B, K)`` with ``K = prod(shape)``; ``idx_mask``
     a bool mask broadcastable to ``(B,) + shape`` marking real index
     entries (None: all real); ``idx_dims`` the dynamic flags of ``shape``.
+
+    Only the real index entries of active lanes are checked.  The others
+    gather some entry of their own example, and the result is 0 there (as
+    in examples that hold no value), so they take no gradient.  The bounds
+    are kept on ``x``'s mask (``_limits``): indexing the same batch again
+    costs a clamp, a check and the gather.
     """
-    B = x.padded_data.size(0)
-    length = x._lengths(p)[:, None]
-    every = _every_row_real(x, p, length)  # then the result needs no mask
-    orig = index
-    if negative:
-        index = torch.where(index < 0, index + length, index)
+    B = x._data.size(0)
     im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, index.size(1))
-    present = _lanes.active_lanes() if every else lanes_present(x)
-    index, keep = _in_range(index, length, present, im, op, p, shown=orig)
-    data = gather_line(x.padded_data, p, index)
-    if keep is not None:
-        keep = keep.expand_as(index).reshape(
-            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (x.padded_data.dim() - p - 1))
-        data = torch.where(keep, data, torch.zeros((), dtype=data.dtype, device=data.device))
+    index, zero, whole = _checked(x, p, index, op, im, negative)
+    data = gather_line(uncut(x), p, index)
+    if zero is not None:
+        data = data.masked_fill(zero.expand_as(index).reshape(
+            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (data.dim() - p - 1)), 0)
     data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
-    mask = x._mask
-    if mask is not None:
-        if every:
-            mask = None
-        elif x.dims[p - 1]:  # (B, n): the examples with an entry (faster than a bool any)
-            mask = length > 0 if mask.shape == (B, x._data.size(p)) else mask.any(p, keepdim=True)
+    mask = _taken_mask(x, p, whole)
     if mask is not None:
         mask = mask.reshape(mask.shape[:p] + (1,) * len(shape) + mask.shape[p + 1:])
     if idx_mask is not None:
         im = idx_mask.reshape((B,) + (1,) * (p - 1) + tuple(idx_mask.shape[1:])
-                              + (1,) * (x.padded_data.dim() - p - 1))
+                              + (1,) * (x._data.dim() - p - 1))
         mask = im if mask is None else mask & im
     return new(data, canon_mask(mask, data.shape, dims), dims)
 
 
-def _every_row_real(x, p, length):
-    """Whether every example of ``x`` (with a ``(B, n)`` mask, ``n`` along
-    dynamic dim ``p``) has an entry (``length`` > 0): read on the host once
-    per mask, on CPU only; then indexing along ``p`` gives a value in every
-    lane, which needs no mask."""
-    m = x._mask
-    return m is not None and x._present is None and x.dims[p - 1] and m.device.type == "cpu" \
-        and not torch.compiler.is_compiling() and m.shape == (x._data.size(0), x._data.size(p)) \
-        and derived(m, ("every row real", p), lambda m: bool((length > 0).all()))
+_INTS = (torch.long, torch.int, torch.int16, torch.int8)
+
+
+def _take_one(x, i, op):
+    """``x[:, i]`` with one int per example (``i``: ``(B,)``), as ``take``
+    gives it with its Python overhead cut: ``(B, 1, ...)``."""
+    B = i.size(0)
+    index, zero, whole = _checked(x, 1, i.view(B, 1), op)
+    data = gather_line(uncut(x), 1, index)
+    if zero is not None:
+        data = data.masked_fill(zero.view((B, 1) + (1,) * (data.dim() - 2)), 0)
+    return new(data, _taken_mask(x, 1, whole), (False,) + x.dims[1:])
+
+
+def _taken_mask(x, p, whole):
+    """The mask of ``x`` indexed along ``p`` (size 1 there): along a dynamic
+    ``p``, the examples (and entries of other dims) that have an entry;
+    None when every example does (``whole``) and the mask has no other dim."""
+    mask = x._mask
+    if mask is None or not x.dims[p - 1]:
+        return mask
+    if whole and x._present is None and mask.shape[1:].numel() == mask.size(p):
+        return None
+    return mask.any(p, keepdim=True)
+
+
+def _checked(x, p, index, op, im=None, negative=True):
+    """``index`` (long ``(B, K)``) into dim ``p`` of ``x``, checked and
+    wrapped: raises IndexError for an entry out of range that is real
+    (``im``: a bool ``(B, K)``, or None: all) in an active lane of an
+    example that holds a value; negative entries count from each example's
+    end (with ``negative``); the unchecked ones land somewhere in their
+    example.  Returns the index, the bool ``(B, 1)`` or ``(B, K)`` of the
+    unchecked entries (None: none), whose results must be 0, and whether
+    every example holds a value."""
+    lo, hi, size, absent = _limits(x, p, negative)
+    fail_outside(index, lo, hi, lambda k: IndexError(
+        f"{op}: index {int(index[k])} is out of range for dimension {p} of example {k[0]}, "
+        f"which has size {int(x._lengths(p)[k[0]])}"),
+        f"{op}: an index is out of range for dimension {p}", with_lanes(im, 2))
+    zero = absent
+    lanes = _lanes.active_lanes()
+    if lanes is not None:
+        dormant = derived(lanes, ("dormant column",), _dormant)
+        zero = dormant if zero is None else zero | dormant
+    if im is not None:
+        zero = ~im if zero is None else zero | ~im
+    return index.remainder(size), zero, absent is None
+
+
+_LONG = torch.iinfo(torch.long)
+
+
+def _limits(x, p, negative):
+    """``(lo, hi, size, absent)`` for indexing ``x`` along ``p``: the range
+    a (checked) index must lie in, each example's size to wrap indices by
+    (at least 1), and the examples that hold no value (``(B, 1)``, or None:
+    every example holds one), whose indices are never out of range.
+    ``(B, 1)`` Tensors, or ints when ``x`` has no mask; kept on the mask
+    while it is unchanged (masks are shared by the values of a batch)."""
+    n = x._data.size(p)
+    if x._present is not None or x._sizes is not None:  # some example is empty: not kept
+        present = lanes_present(x, False)
+        return _bounds(x._lengths(p)[:, None], None if present is None else present[:, None],
+                       negative)
+    if x._mask is None:
+        return -n if negative else 0, n - 1, max(n, 1), None
+    return derived(x._mask, ("limits", p, n, negative), _mask_limits, p, n, negative)
+
+
+def _mask_limits(mask, p, n, negative):
+    B, m = mask.size(0), mask.size(p)
+    if m == 1:  # a static dim: n entries where the example holds a value
+        return _bounds(mask.reshape(B, mask.shape[1:].numel()).any(1, keepdim=True).long() * n, None, negative)
+    # entries along p: (B, m), a view where the mask has no other dims
+    rows = mask.reshape(B, m) if mask.shape[1:].numel() == m else \
+        mask.movedim(p, 1).reshape(B, m, mask.numel() // max(B * m, 1)).any(2)
+    return _bounds(rows.sum(1, keepdim=True), None, negative)
+
+
+def _bounds(length, present, negative):
+    """The limits of ``_limits`` from each example's ``length`` ``(B, 1)``
+    and which examples hold a value (``present``; None: those with an
+    entry).  When all do (read on the host, on CPU eagerly), the bounds
+    are each example's own and no example is absent."""
+    eager = length.is_cpu and not torch.compiler.is_compiling()
+    rows = length > 0 if present is None else present
+    if eager and bool(rows.all()):
+        lo = -length if negative else torch.zeros_like(length)
+        return lo, length - 1, length if present is None else length.clamp(min=1), None
+    lo = torch.where(rows, -length if negative else 0, _LONG.min)  # any index is fine there
+    hi = torch.where(rows, length - 1, _LONG.max)
+    return lo, hi, length.clamp(min=1), ~rows
+
+
+def _dormant(lanes):
+    return ~lanes.view(-1, 1)
 
 
 def _per_example_index(x, p, idx, op, negative=True):
@@ -275,10 +357,14 @@ def getitem(x, index):
     if not is_mb(x):
         return _index_shared_tensor(x, index)
     op = "x[...]"
-    if type(index) is tuple and len(index) == 2 and type(index[1]) is int \
-            and index[0] == slice(None) and x._data.dim() > 1:  # the common x[:, i]
-        return _int_index(x, 1, index[1], op)
-    items = _items(index, x.padded_data.dim())
+    if type(index) is tuple and len(index) == 2 and index[0] == slice(None) and x._data.dim() > 1:
+        i = index[1]  # the common x[:, i]: an int, or one int per example
+        if type(i) is int:
+            return _int_index(x, 1, i, op)
+        if type(i) is MaskedBatch and not i.dims and i._mask is None and i._bdim == 0 \
+                and i._present is None and i.dtype in _INTS:
+            return _take_one(x, i._data.long(), op)
+    items = _items(index, x._data.dim())
     p = 0
     for it in items:
         if p == 0:
@@ -355,7 +441,46 @@ def setitem(x, index, value):
             "assigning per-example values (a MaskedBatch) into a plain Tensor would write every "
             "example into the same shared Tensor; make the target a MaskedBatch, e.g. "
             "out = x.batch_zeros(...), then out[:, i] = v")
-    x.padded_data = put(x, index, value, "x[...] = v")
+    data = _put_at(x, index, value)
+    x.padded_data = put(x, index, value, "x[...] = v") if data is None else data
+
+
+def _put_at(x, index, value):
+    """``x[:, i] = value`` with one int ``i`` per example along dim 1 and a
+    number or a batch whose dims are static (``stack[:, sp] = bp``): one
+    ``scatter`` of the checked index; the lanes that do not write (dormant,
+    or holding no value or no real ``value``) scatter their old entry.  None
+    where it does not apply (``put`` then does it)."""
+    i = index[1] if type(index) is tuple and len(index) == 2 and index[0] == slice(None) else None
+    if not (is_mb(i) and not i.dims and i._mask is None and i._bdim == 0 and i._present is None
+            and not i.dtype.is_floating_point and i.dtype != torch.bool) \
+            or x._present is not None or x._sizes is not None or x._data.dim() < 2 \
+            or x._mask is not None and x._mask.shape[2:].numel() != 1:
+        return None
+    d = x.padded_data
+    B, rest = d.size(0), d.shape[2:]
+    shape = (B, 1) + tuple(rest)
+    if is_mb(value):
+        if value._bdim != 0 or value._present is not None or any(value.dims) \
+                or value.dim() > len(shape):
+            return None
+        v = value.padded_data
+        v = v.reshape((B,) + (1,) * (len(shape) - value.dim()) + v.shape[1:])
+        if any(a != 1 and a != b for a, b in zip(v.shape, shape)):  # does not broadcast to it
+            return None
+        v = v.to(d.dtype).expand(shape)
+    elif type(value) in (bool, int, float):
+        v = value
+    else:
+        return None
+    wrapped, zero, _ = _checked(x, 1, i._data.long().view(B, 1), "x[...] = v")
+    if is_mb(value) and value._mask is not None:
+        unreal = ~value._mask.view(B, 1)
+        zero = unreal if zero is None else zero | unreal
+    wrapped = wrapped.view((B, 1) + (1,) * len(rest)).expand(shape)
+    if zero is not None:  # these lanes write their old entry back
+        v = torch.where(zero.view((B, 1) + (1,) * len(rest)), d.gather(1, wrapped), v)
+    return d.scatter(1, wrapped, v)
 
 
 def put(x, index, value, op, accumulate=False, place=None):

@@ -95,7 +95,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     m = real_mask(input)
     if m is not None:
         idx = torch.where(m, idx, torch.zeros((), dtype=idx.dtype, device=idx.device))
-    _registry.fail_if((idx < 0) | (idx >= num), lambda first: IndexError(
+    _registry.fail_outside(idx, 0, num - 1, lambda first: IndexError(
         f"embedding: index {int(idx[first])} out of range for an embedding with "
         f"{num} rows (example {first[0]}, position {list(first[1:])})"),
         f"embedding: an index is out of range for an embedding with {num} rows")

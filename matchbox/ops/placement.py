@@ -512,6 +512,11 @@ class Squeeze(_Adapter):
         x, op = args[0], func
         dim, _ = self.arg(rule, args, kwargs, "dim")
         p = x._bdim
+        if p == 0 and type(dim) is int:  # the common x.squeeze(d), d not the batch-of-one dim
+            u = _norm(x, dim, op=op)
+            if u:
+                out = rule(x, u)
+                return relabel(out, 0) if out is x else out
         if dim is None:  # every size-1 dim, the batch-of-one one too
             # (a dynamic dim only where every example has size 1 there: the
             # rule refuses one that is 1 in some examples only)

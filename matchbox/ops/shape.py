@@ -55,9 +55,10 @@ import torch
 from .. import _lanes
 from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, lengths_presence, neutralize, new,
                         norm_dim, prefix_mask, real_mask, register_distinct)
+from ._gather import select_rows
 from .helpers import helper
 from .steps import Steps
-from ..core import MaskedBatch, unlabeled, relabel, storage_dim
+from ..core import MaskedBatch, derived, unlabeled, relabel, storage_dim
 
 T = torch.Tensor
 
@@ -77,6 +78,10 @@ def lanes_present(x, active=True):
     m = real_mask(x) if active else x._mask
     if m is None:
         return None
+    return derived(m, ("lanes present",), _rows_present)  # (one Tensor per mask)
+
+
+def _rows_present(m):
     if m.numel() == m.size(0):  # a lane mask (static dims): no reduction
         return m.reshape(m.size(0))
     return m.reshape(m.size(0), m.shape[1:].numel()).sum(1) > 0  # (a bool any(1) is ~5x slower on CPU)
@@ -88,12 +93,13 @@ def gather_line(t, d, index):
 
     Entries after ``d`` move as whole rows (one ``index_select`` over the
     ``(B * n, row)`` view: on CPU 4x faster than ``torch.gather`` with an
-    index expanded over every entry, and faster backward)."""
+    index expanded over every entry, and faster backward; the gathers of
+    one source share one gradient buffer, see ``_gather.py``)."""
     B, K = index.shape
     if d == 1 and t.dim() > 2 and t.is_contiguous():
         n = t.size(1)
         rows = index + torch.arange(0, B * n, n, device=index.device).unsqueeze(1)
-        return t.reshape(B * n, t.shape[2:].numel()).index_select(0, rows.reshape(-1)).view((B, K) + t.shape[2:])
+        return select_rows(t, rows.reshape(-1)).view((B, K) + t.shape[2:])
     shape = list(t.shape)
     shape[d] = K
     view = [1] * t.dim()
@@ -617,7 +623,8 @@ def _cat(parts, d, op, dynamic=False):
     if not masked:
         return new(data, None, dims)
     if not dims[d - 1]:
-        return new(data, functools.reduce(operator.and_, masks), dims)
+        same = all(m is masks[0] for m in masks)
+        return new(data, masks[0] if same else functools.reduce(operator.and_, masks), dims)
     mask = torch.cat(masks, d)
     if any(p._mask is not None for p in parts[:-1]):
         data, mask = compact(data, mask, d)
@@ -715,7 +722,7 @@ def _items_differ(pres, like):
     ``(k, B)`` lanes if read.  One host read for the whole sequence (none
     in a compiled graph: a dynamic dim whose lengths may all be equal)."""
     gaps = any(p is not None for p in pres[:-1])
-    if all(p is None for p in pres):
+    if all(p is pres[0] for p in pres):  # (None: all) every example holds all or none
         return False, False, None
     if torch.compiler.is_compiling():
         return True, gaps, None

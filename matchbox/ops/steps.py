@@ -71,13 +71,13 @@ class Steps(tuple):
     def _each_like(self, steps):
         """The steps ``steps`` (of the source, or of a part of it) laid out as
         these are."""
-        out = tuple(self._like(s) for s in steps)
+        out = tuple([self._like(s) for s in steps])   # (torch 2.10 cannot compile a generator here)
         return Steps(out).of(*steps._source) if isinstance(steps, Steps) else out
 
     def _like(self, v):
         """``v`` (a per-example step, made from the source) laid out as the
         steps are (where their batch-of-one dimension sits)."""
-        bdim = tuple.__getitem__(self, 0)._bdim if self else 0
+        bdim = next(iter(self))._bdim if self else 0   # (the padded first step)
         return v if v._bdim == bdim else relabel(v, bdim)
 
     def __reversed__(self):   # plain reversed(): the padded steps, last first

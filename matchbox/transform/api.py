@@ -17,6 +17,7 @@ from .buffers import owned_buffers
 from .maps import map_loops
 from .naming import Namer
 from .parser import load_function, parse_function, unparse
+from .steps import step_loops
 
 __all__ = ["batch", "to_source", "PASSES"]
 
@@ -42,7 +43,8 @@ PASSES = (
 class Context:
     """What the passes share about the function being converted."""
 
-    def __init__(self, fdef, origin, fn_name, max_iterations, compact=None, merge_calls=None):
+    def __init__(self, fdef, origin, fn_name, max_iterations, compact=None, merge_calls=None,
+                 free=()):
         self.namer = Namer(fdef)
         self.runtime = self.namer.new("_mb")
         self.origin, self.fn_name, self.max_iterations = origin, fn_name, max_iterations
@@ -59,6 +61,8 @@ class Context:
         self.owned_buffers = owned_buffers(fdef)
         # for loops whose iterations share no state (maps.py), run as one
         self.map_loops = map_loops(fdef) if compact is None else {}
+        # for loops whose straight-line body runs as a function (steps.py)
+        self.step_loops = step_loops(fdef, free) if compact is None else {}
 
 
 #: The code objects of every rewritten function (and the lambdas in it), so
@@ -85,7 +89,7 @@ def convert(fn, max_iterations=None, compact=None, merge_calls=None):
     """The rewritten function for ``fn`` and its source."""
     fdef, origin = parse_function(fn)
     ctx = Context(fdef, origin, getattr(fn, "__qualname__", fdef.name), max_iterations, compact,
-                  merge_calls)
+                  merge_calls, fn.__code__.co_freevars)
     for p in PASSES:
         fdef = p.transform(fdef, ctx)
     source = "".join(f"# {note}\n" for note in ctx.notes) + unparse(fdef)

@@ -138,12 +138,17 @@ def owned_names(fdef, fresh_value=_fresh, rebound=()):
     (values for which ``fresh_value`` holds; ``rebound``: parameters that
     count as locals, rebound before any other use)."""
     outer = declared_outer(fdef) | (param_names(fdef) - set(rebound))
+    return fresh_names(fdef.body, fresh_value) - outer
+
+
+def fresh_names(nodes, fresh_value=_fresh):
+    """The names that ``nodes`` bind only to values created there."""
     fresh = {}
-    for name, value in _bindings(fdef.body):
+    for name, value in _bindings(nodes):
         fresh[name] = fresh.get(name, True) and value is not None and fresh_value(value)
     # an augmented assignment keeps the name's object (x += y on a list or a
     # tensor changes it in place): it is fresh iff the name's other bindings are
-    return {name for name, ok in fresh.items() if ok} - outer
+    return {name for name, ok in fresh.items() if ok}
 
 
 def _base(node):
@@ -162,8 +167,13 @@ def _described(node):
 
 
 class _Effects:
-    def __init__(self, fdef):
-        self.owned = owned_names(fdef)
+    """``owned``: the names whose values were made inside the code scanned
+    (by default, in the function)."""
+
+    aug_in_place = True   # does ``x += y`` count (in place on a tensor or a list)?
+
+    def __init__(self, fdef, owned=None):
+        self.owned = owned_names(fdef) if owned is None else owned
         self.outer = declared_outer(fdef)
         self.found = []
         # the arguments (not self): a store into one's attribute (tree.state = h)
@@ -196,7 +206,7 @@ class _Effects:
                 self.add(n, f"stores into {kind} {_described(n.value)}, "
                             f"a value from outside the function")
             elif isinstance(n, gast.AugAssign) and isinstance(n.target, gast.Name) \
-                    and self._shared(n.target):
+                    and self.aug_in_place and self._shared(n.target):
                 op = _OPS.get(type(n.op).__name__, "op")
                 self.add(n, f"changes '{n.target.id}' in place ({op}=), a value from outside "
                             f"the function")

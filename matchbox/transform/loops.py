@@ -16,6 +16,8 @@ lane is left.  A ``for`` runs an iteration for the lanes that have the item
                                         body
 
 ``extra`` tests the loop's exit flags (break, return) at each iteration.
+A ``for`` whose body is straight-line code runs it as a function of its
+own, once per step, which torch.compile traces once (steps.py).
 
 With ``@batch(compact=...)`` a ``for`` without exit flags may run
 compacted (see compaction.py); the variables it assigns are then put back
@@ -30,7 +32,7 @@ import copy
 
 import gast
 
-from . import templates
+from . import steps, templates
 from .analysis import assigned_names, runtime_call, walk_scope
 from .passes import Pass
 
@@ -97,6 +99,11 @@ class _Loops(Pass):
         found = self.ctx.map_loops.get(id(node))
         if found is not None and not flags:
             return self._map(node, loop, *found)
+        desc = self._description("for", node)
+        limit = templates.constant(self.ctx.max_iterations)
+        step = self.ctx.step_loops.get(id(node))
+        if step is not None and not flags:
+            return steps.lift(node, self.ctx, *step, desc, limit)
         settle = []
         if self.ctx.compact is not None and not flags \
                 and not _stores_into_subscripts(node.body, self.ctx.runtime):
@@ -105,8 +112,8 @@ class _Loops(Pass):
                 settle += templates.replace("x = loop.settle(x)", node, x=name, loop=loop)
         out = templates.replace(
             template, node, rt=self.ctx.runtime, iterable=node.iter, extra=extra,
-            desc=self._description("for", node), limit=templates.constant(self.ctx.max_iterations),
-            share=templates.constant(self.ctx.compact), loop=loop, target=node.target, body=node.body)
+            desc=desc, limit=limit, share=templates.constant(self.ctx.compact), loop=loop,
+            target=node.target, body=node.body)
         return out + settle + self._orelse(node, flags)
 
     def _map(self, node, loop, appends, reads):

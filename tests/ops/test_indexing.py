@@ -225,6 +225,76 @@ def test_dormant_lane_gets_zero_gradient():
     assert data.grad[1, 2].tolist() == [1.0, 1.0]
 
 
+
+def test_kept_bounds_follow_the_lanes_and_the_op():
+    """The bounds of x[:, idx] are kept on x's mask; which lanes are checked
+    and whether negative indices count from the end are not."""
+    x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (2, 4)], (True, False))
+    idx = MaskedBatch(torch.tensor([3, 3]), None, ())
+    with lanes(torch.tensor([False, True])):
+        assert torch.equal(x[:, idx].examples()[1], x.examples()[1][:, [3]])
+    with lanes(torch.tensor([True, True])):
+        with pytest.raises(IndexError, match="example 0, which has size 2"):
+            x[:, idx]
+    with pytest.raises(IndexError, match="example 0"):
+        x[:, idx]
+    neg = MaskedBatch(torch.tensor([-1, -4]), None, ())
+    assert [e[0, 0].tolist() for e in x[:, neg].examples()] == [
+        x.examples()[0][0, 1].tolist(), x.examples()[1][0, 0].tolist()]
+    with pytest.raises(IndexError, match="out of range"):
+        torch.index_select(x, 1, neg)  # no negative indices there, as in torch
+    # a changed mask (same object, changed in place) is read again
+    x._mask[0, 1] = False
+    with pytest.raises(IndexError, match="example 0, which has size 1"):
+        x[:, MaskedBatch(torch.tensor([1, 0]), None, ())]
+
+
+def test_index_examples_with_no_value_or_empty():
+    """An example that holds no value (a rule's result whose mask marks
+    nothing real there) is not checked and gives 0; one of length 0
+    (present) raises, as alone."""
+    data = torch.randn(3, 3, 2, requires_grad=True)
+    mask = torch.tensor([[True, True, False], [False] * 3, [True] * 3]).unsqueeze(2)
+    x = MaskedBatch._new(data, mask, (True, False))
+    y = x[:, MaskedBatch(torch.tensor([1, 7, -1]), None, ())]
+    assert torch.equal(y.padded_data[1], torch.zeros(1, 2)) and not y.mask[1].any()
+    assert torch.equal(y.padded_data[2], data[2, 2:3])
+    y.padded_data.sum().backward()
+    assert data.grad[1].abs().sum() == 0
+    empty = MaskedBatch.fromlist([torch.randn(1, 2, 2), torch.randn(1, 0, 2)], (True, False))
+    with pytest.raises(IndexError, match="example 1, which has size 0"):
+        empty[:, MaskedBatch(torch.tensor([0, 0]), None, ())]
+
+
+def test_index_leaves_the_read_cut_pending():
+    """x[:, idx] of a value @batch read under the lanes active now reads only
+    the active lanes, so it makes no gradient cut (a where over all of x)."""
+    x = MaskedBatch.fromlist([torch.randn(1, n, 2, requires_grad=True) for n in (2, 4)],
+                             (True, False))
+    active = torch.tensor([False, True])
+    with lanes(active):
+        r = MaskedBatch._read(x, active)
+        r[:, MaskedBatch(torch.tensor([0, 3]), None, ())]
+        assert r._cut is active
+
+
+def test_one_index_per_example_and_what_takes_the_general_path():
+    """x[:, i] with one int per example (data (B,)) takes a short path; an
+    index whose examples may hold no value, or of another dtype, the
+    general one (the results are the per-example ones either way)."""
+    x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (2, 4, 3)], (True, False))
+    for dtype in (torch.long, torch.int32):
+        i = MaskedBatch(torch.tensor([1, -4, 0], dtype=dtype), None, ())
+        y = x[:, i]
+        assert y._mask is None and y.dims == (False, False)
+        assert all(torch.equal(e, xe[:, [k]]) for e, xe, k in zip(y.examples(), x.examples(), (1, -4, 0)))
+    some = MaskedBatch(torch.tensor([1, 99, 0]), torch.tensor([True, False, True]), ())
+    y = x[:, some]  # example 1 has no index: no value, no check
+    assert y.mask.reshape(-1).tolist() == [True, False, True]
+    with pytest.raises(IndexError, match="integers"):
+        x[:, MaskedBatch(torch.tensor([1.0, 0.0, 0.0]), None, ())]
+    assert x.squeeze(2) is not x  # nothing to squeeze: a new batch all the same
+
 ERRORS = [
     (lambda x: x[1:], IndexError, "batch-of-one"),
     (lambda x: x[:, ::-1], ValueError, "flip"),

@@ -116,6 +116,23 @@ def test_mask_and_dims_follow_the_table():
     assert (x.tanh()).mask is x.mask  # unary: no mask work at all
 
 
+def test_equal_masks_made_apart_combine_into_one():
+    """A parser's words and gold heads, each from its own fromlist: their
+    masks are equal, not one Tensor; an op on both keeps one of them (the
+    caches rules keep on a mask then hit), and the values are each
+    example's own."""
+    lens = (3, 1, 5)
+    words = [torch.randint(0, 4, (1, n)) for n in lens]
+    heads = [torch.randint(0, 4, (1, n)) for n in lens]
+    w, h = (MaskedBatch.fromlist(v, (True,)) for v in (words, heads))
+    assert w._mask is not h._mask
+    out = (w == 1) & (h >= 2)
+    assert out._mask is w._mask
+    for got, a, b in zip(out.examples(), words, heads):
+        assert torch.equal(got, (a == 1) & (b >= 2))
+    assert ((w * 0 + h) - w).mask is w._mask  # (a Tensor the same through several ops)
+
+
 def test_different_lengths_are_refused():
     x = MaskedBatch.fromlist([torch.randn(1, n) for n in (2, 4)], (True,))
     y = MaskedBatch.fromlist([torch.randn(1, n) for n in (3, 4)], (True,))

@@ -30,7 +30,8 @@ module imports one that imports it back; tests/transform/test_runtime_layers.py)
 - :mod:`.tensor_checks`: ``isinstance_``, ``tensor_call`` (``torch.is_tensor``,
   ``Variable``): a MaskedBatch is a Tensor to per-example code
 - :mod:`.iterables`: ``range_``, ``enumerate_``, ``zip_``, ``reversed_``, ``sum_``
-- :mod:`.loops`: ``while_loop``, ``for_loop``; :mod:`.maps`: ``map_loop``
+- :mod:`.loops`: ``while_loop``, ``for_loop``, ``step_loop`` (a ``for`` whose
+  body is a function: compiled, one graph per step); :mod:`.maps`: ``map_loop``
   (a ``for`` whose iterations share no state, run once on every step)
 - :mod:`.calls`: ``sibling_calls`` (merged sibling recursive calls), ``recursive``
   (a recursive call left plain), ``SiblingLoop``
@@ -59,7 +60,7 @@ from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence
     reversed_, sum_, zip_
 from .list_items import getitem, pop
 from .lists import append, extend, insert
-from .loops import for_loop, while_loop
+from .loops import for_loop, step_loop, while_loop
 from .maps import map_loop
 from .pycalls import and_value, call, comprehension, contains, host, is_, mapped, or_value
 from .perlane import Star
@@ -74,7 +75,7 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
            "isinstance_", "tensor_call",
-           "while_loop", "for_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
+           "while_loop", "for_loop", "step_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
            "presence", "range_", "enumerate_", "zip_", "reversed_", "sum_", "sibling_calls",
            "recursive", "returned", "call", "comprehension", "contains", "host", "is_",
            "PerExample", "Star", "operator", "method", "mutate", "converted", "mapped",
@@ -84,7 +85,7 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
 OWNED = {"read": read, "assign": assign, "aug_assign": aug_assign, "setattr_": setattr_,
          "append": append, "extend": extend, "pop": pop, "getitem": getitem,
          "if_true": if_true, "if_false": if_false, "while_loop": while_loop,
-         "for_loop": for_loop, "map_loop": map_loop, "recursive": recursive,
+         "for_loop": for_loop, "step_loop": step_loop, "map_loop": map_loop, "recursive": recursive,
          "SiblingLoop": SiblingLoop, "mapped": mapped}
 
 

@@ -4,7 +4,7 @@ import torch
 from ..._lanes import _ACTIVE, _COMPACT, _Slot
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows, uncut
-from .compaction import owned
+from .compaction import owned, shared_rows
 from .lists import _append_owned
 from .pyvalues import GAP, PerExample
 from .select import rebuilt
@@ -220,8 +220,13 @@ def _stacked(values, parts, rows):
             return xs[0].index_select(0, rows.of_one())
         return torch.cat(xs).index_select(0, rows.of_all())
     a = values[0]
+    masks = [v._mask for v in values]
+    if masks[0] is not None and all(m is masks[0] for m in masks):
+        mask = shared_rows(rows.masks, masks[0], lambda: pick(masks))
+    else:
+        mask = pick(masks)
     sizes = a._sizes and {d: pick([v._sizes[d] for v in values]) for d in a._sizes}
-    return _new(pick([uncut(v) for v in values]), pick([v._mask for v in values]), a.dims,
+    return _new(pick([uncut(v) for v in values]), mask, a.dims,
                 bdim=a._bdim, present=pick([v._present for v in values]), sizes=sizes)
 
 
@@ -235,6 +240,7 @@ class _Rows:
         self.parts, self.B = parts, B
         self.all_rows = all(rows is None for rows in parts)
         self.one = self.all = None
+        self.masks = {}  # the stacked masks (see compaction.shared_rows)
 
     def _each(self):
         device = next(rows for rows in self.parts if rows is not None).device

@@ -90,7 +90,7 @@ class Compaction:
             return x._take(self._row_list())
         mask = x._mask
         if mask is not None and mask.size(0) == self.B:
-            mask = mask.index_select(0, self.rows)
+            mask = self.mask_rows(mask)
         present = x._present
         if present is not None:
             present = present.index_select(0, self.rows)
@@ -99,6 +99,13 @@ class Compaction:
             sizes = {d: n.index_select(0, self.rows) for d, n in sizes.items()}
         return _new(x.padded_data.index_select(0, self.rows), mask, x.dims, x._zero, x._bdim,
                     present, sizes)
+
+    def mask_rows(self, mask):
+        """The live rows of a full-batch ``mask``, one Tensor for masks that
+        are equal (``shared_rows``)."""
+        if getattr(self, "_masks_of", None) is not self.rows:  # (kept while the rows are)
+            self._masks_of, self._masks = self.rows, {}
+        return shared_rows(self._masks, mask, lambda: mask.index_select(0, self.rows))
 
     def take(self, x):
         """``x`` as this iteration reads it: the live rows of a full-batch
@@ -160,6 +167,28 @@ class Compaction:
                     f"read was changed in place (an in-place op, x[...] = v or inplace=True); "
                     f"the change would only reach a copy of the live lanes. Write it out of "
                     f"place (x = x + v, torch.where) or leave compaction off for this function")
+
+
+def shared_rows(made, mask, make):
+    """``make()``, the rows of bool ``mask`` that a gather or stack takes,
+    made once for masks equal to one in ``made`` ({id: (mask, rows)}, kept
+    by the caller for one gather): values whose masks are equal without
+    being one object (``left``, ``right``, ``word``, ``label`` of a batch of
+    trees, each from its own ``fromlist``) then share one, and so the
+    bounds, row sets and other caches that rules keep on a mask.  Compared
+    on the host (CPU, eagerly) with the masks of the same shape made
+    before."""
+    hit = made.get(id(mask))
+    if hit is not None and hit[0] is mask:
+        return hit[1]
+    rows = None
+    if mask.is_cpu and not torch.compiler.is_compiling():
+        rows = next((r for m, r in made.values() if m.shape == mask.shape and torch.equal(m, mask)),
+                    None)
+    if rows is None:
+        rows = make()
+    made[id(mask)] = (mask, rows)
+    return rows
 
 
 class StepCompaction(Compaction):

@@ -15,7 +15,7 @@ every operation on it is Python's own.
 import torch
 
 from ..._lanes import _ACTIVE, _Slot
-from ...core import MaskedBatch
+from ...core import MaskedBatch, derived
 from ...ops._registry import uncut
 from .compaction import owned
 from .regions import _ALL, _inside, _within
@@ -82,7 +82,9 @@ def _in_lanes(v, lanes, like=None):
     if type(v) is MaskedBatch:
         v = _new(uncut(v), v._mask, v.dims, bdim=v._bdim)
     data, mask, dims, bdim = _canonical(v, lanes.size(0), like)
-    full = _lane_view(lanes, data.dim())
+    # one mask object for the items appended under these lanes, so the
+    # caches kept on a mask serve them all (a cat of the list's items)
+    full = derived(lanes, ("lane mask", data.dim()), _lane_view, data.dim())
     if mask is not None or any(dims):
         full = _full_mask(data, mask, dims, dims) & full
     return _tag(_new(data, full, dims, bdim=bdim), lanes)

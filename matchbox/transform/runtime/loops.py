@@ -5,12 +5,14 @@ import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, active_lanes
 from ...core import MaskedBatch
+from ...ops.steps import Steps
 from ..errors import LoopLimitError
 from .compaction import Compaction, StepCompaction
 from .conditions import _combine, _inside, cond
-from .iterables import lane_items, per_example_items
+from .iterables import LaneIterable, lane_items, per_example_items
 from .lists import _STEP, step_lanes
 from .select import rebuilt
+from .steps import compiled_step, eager
 
 _new = MaskedBatch._new
 
@@ -111,9 +113,12 @@ class for_loop(_Loop):
     share of the lanes have it (see ``StepCompaction``); the variables it
     assigns are put back together after it by ``loop.settle(x)``."""
 
-    def __init__(self, owner, iterable, extra, description, max_iterations, compact=None):
+    def __init__(self, owner, iterable, extra, description, max_iterations, compact=None,
+                 masked=None):
         super().__init__(owner, description, max_iterations, compact)
         self.iterable, self.extra = per_example_items(iterable), extra
+        # every step masked, with no host read (compiled; see __iter__)
+        self.masked = torch.compiler.is_compiling() if masked is None else masked
 
     def __enter__(self):
         self.outer_step = _STEP.get()  # a loop around this one's (step_lanes)
@@ -126,7 +131,7 @@ class for_loop(_Loop):
     def __iter__(self):
         # compiled, no lane count is read: every step with an item in some
         # lane runs masked (the longest example's steps; a graph has no host reads)
-        masked = torch.compiler.is_compiling()
+        masked = self.masked
         steps = _Steps.of(self.iterable, masked)
         items = lane_items(self.iterable) if steps is None else zip(self.iterable, steps.lanes)
         compacts = self.compact is not None and steps is not None and steps.shrinking \
@@ -176,6 +181,44 @@ class for_loop(_Loop):
     def settle(self, x):
         """Variable ``x`` after the loop, holding every example again."""
         return x if self.compaction is None else self.compaction.settle(x)
+
+
+def step_loop(owner, body, iterable, description, max_iterations, lists, args, back):
+    """A ``for`` whose body the rewrite made a function (transform/steps.py):
+    ``body(*lists, item, *args)`` for each item of ``iterable()``, under
+    the item's lanes; what it returns goes back to ``args[back[0]]``,
+    ``args[back[1]]``, ... for the next step, and is returned at the end.
+
+    Under torch.compile a loop over per-example steps (``x.unbind(1)``, a
+    per-example ``range``) runs outside the graph (``eager``) and each
+    step as one compiled graph, the same for every step with the same
+    shapes (runtime/steps.py): compiling takes a step's time, not the
+    loop's.  A loop over a Python list or a ModuleList is traced into the
+    graph as before."""
+    if torch.compiler.is_compiling() and isinstance(iterable(), (Steps, MaskedBatch,
+                                                                  LaneIterable)):
+        return _compiled_loop(owner, body, iterable, description, max_iterations, lists, args,
+                              back)
+    return _loop(owner, body, iterable, description, max_iterations, lists, args, back)
+
+
+def _loop(owner, body, iterable, description, max_iterations, lists, args, back,
+          compiled=False):
+    args, seen = list(args), set()
+    with for_loop(owner, iterable(), None, description, max_iterations,
+                  masked=True if compiled else None) as loop:
+        for item in loop:
+            step = (item,) + tuple(args)
+            state = compiled_step(body, lists, step, seen, back) if compiled \
+                else body(*lists, *step)
+            for i, value in zip(back, state):
+                args[i] = value
+    return tuple(args[i] for i in back)
+
+
+@eager
+def _compiled_loop(*args):
+    return _loop(*args, compiled=True)
 
 
 class _Steps:
