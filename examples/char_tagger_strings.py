@@ -41,7 +41,6 @@ SUFFIXES = ["ing", "ed", "ly", "ous"]           # the classes' endings
 TAGS = ["DET", "NOUN", "VERB", "ADJ", "ADV"]
 
 
-@matchbox.batch
 def prepare_sequence(seq, to_ix):
     """A list of strings -> their ids (len(seq),)."""
     idxs = [to_ix[w] for w in seq]

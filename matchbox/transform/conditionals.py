@@ -180,6 +180,8 @@ def _heavy(body, rt):
     if len(reads) > BRANCH_MAX_READS:
         return False
     for n in walk_scope(body):
+        if runtime_call(n, rt, ("helper",)):
+            return True       # rt.helper(helper, h): a call of a function of the module
         if not isinstance(n, gast.Call) or runtime_call(n, rt):
             continue
         func = n.func

@@ -99,6 +99,12 @@ class _Calls(Pass):
                 func.value, templates.constant(func.attr)] + node.args, node.keywords), node)
         if self._helper(func):   # self.node_forward(...): rewritten too (runtime/converted.py)
             node.func = templates.stamp(gast.Call(self._rt("converted", node), [func], []), func)
+        elif isinstance(func, gast.Name) and func.id not in self.names \
+                and func.id not in _PY_BUILTINS and func.id != self.ctx.fn_name.split(".")[-1]:
+            # prepare_sequence(words, w2i): a function of the module, rewritten where it
+            # gets per-example Python values (runtime/converted.helper)
+            node.args = [func] + node.args
+            node.func = self._rt("helper", node)
         return node
 
     def _helper(self, func):

@@ -175,3 +175,33 @@ def test_a_global_dicts_get_with_a_per_example_key(f):
     the longest, marked held by the longest only)."""
     sents = [["aa", "x"], ["bb"], ["ccc", "aa", "bb", "bb"], ["q", "q", "aa"]]
     mb_test(f, matchbox.objects(sents), params=list(EMB.parameters()), dtype=D)
+
+
+def prepare_sequence(seq, to_ix):
+    """The PyTorch tutorial's helper, undecorated."""
+    idxs = [to_ix[w] for w in seq]
+    return torch.tensor(idxs, dtype=torch.long)
+
+
+def lookup_or_zero(seq, to_ix):
+    """A helper @batch cannot rewrite (try/except): run for each example."""
+    out = []
+    for w in seq:
+        try:
+            out.append(to_ix[w])
+        except KeyError:
+            out.append(0)
+    return torch.tensor(out, dtype=torch.long)
+
+
+@matchbox.batch
+def tutorial_embed(sentence):
+    return EMB(prepare_sequence(sentence, W2I)).sum(0) + EMB(lookup_or_zero(sentence, W2I)).sum(0)
+
+
+def test_a_module_helper_given_per_example_objects():
+    """``prepare_sequence(sentence, to_ix)``, a function of the module that
+    @batch code calls with a word list per example, runs on each example's
+    own list (F19: before, it ran once, as written, on the PerExample)."""
+    sents = [["aa", "bb"], ["ccc"], ["ccc", "aa", "bb", "bb"], ["bb", "aa", "aa"]]
+    mb_test(tutorial_embed, matchbox.objects(sents), params=list(EMB.parameters()), dtype=D)

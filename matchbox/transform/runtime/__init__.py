@@ -55,7 +55,7 @@ from .assign import aug_assign, assign, inplace, read, setattr_, setitem
 from .calls import SiblingLoop, recursive, sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
 from .containers import method, mutate
-from .converted import converted
+from .converted import converted, helper
 from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
     reversed_, sum_, zip_
 from .list_items import getitem, pop
@@ -78,7 +78,7 @@ __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "se
            "while_loop", "for_loop", "step_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",
            "presence", "range_", "enumerate_", "zip_", "reversed_", "sum_", "sibling_calls",
            "recursive", "returned", "call", "comprehension", "contains", "host", "is_",
-           "PerExample", "Star", "operator", "method", "mutate", "converted", "mapped",
+           "PerExample", "Star", "operator", "method", "mutate", "converted", "helper", "mapped",
            "and_value", "or_value"]
 
 #: the calls that act for the function that calls them (their ``owner``)

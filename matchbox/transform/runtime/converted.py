@@ -20,6 +20,7 @@ import types
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT
+from .perlane import per_lane
 from .pyvalues import PerExample
 
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,6 +48,26 @@ def converted(f):
             conv = _convert(f)
         return f if conv is False else _in_compaction(conv, f)
     return f
+
+
+def helper(f, *args, **kwargs):
+    """``f(*args, **kwargs)`` for a function of the module that @batch code
+    calls by name (``prepare_sequence(seq, to_ix)``): as written, unless an
+    argument holds per-example Python values (a word list per example),
+    which the code as written would take for one value: then rewritten as
+    ``converted`` gives it, or, where it cannot be, run for each example on
+    its own values."""
+    if not any(_objects(a) for a in args) and not any(_objects(v) for v in kwargs.values()):
+        return f(*args, **kwargs)
+    conv = converted(f)
+    if conv is f and type(f) is types.FunctionType:
+        return per_lane(f, args, kwargs)
+    return conv(*args, **kwargs)
+
+
+def _objects(x):
+    t = type(x)
+    return t is PerExample or (t is list or t is tuple) and any(type(v) is PerExample for v in x)
 
 
 def _in_compaction(conv, func, obj=None):
