@@ -381,3 +381,31 @@ def test_a_compacted_loop_that_changes_a_rank_names_the_variable():
                              batch_dim=None)
     with pytest.raises(ValueError, match=r"variable 'h' would hold a value of per-example shape \(\)"):
         batch(rank_changes, compact=0.9)(x)
+
+
+def _no_grad_in_a_branch(x, y, s):
+    """A recurrent loop whose else-branch updates ``a`` under no_grad (the
+    fuzzer's seed 4169, compacted): its first read of ``c`` in a step is
+    under no_grad, and ``c`` is read again with grad after the branch."""
+    a, b = x * 1.0, y + 0.5
+    c, total = a * 0.5, x * 1.0
+    for step in s.unbind(1):
+        a = a + step * 0.25
+        if a <= b:
+            b, c = c * 1.0, torch.clamp(c * c, -4.0, 4.0) + (x - a)
+        else:
+            with torch.no_grad():
+                a = (a + c) + b * 0.5
+        total = total + c * 0.5
+    return a + b * c + total
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+@pytest.mark.parametrize("seed", [8, 9, 41, 3])
+def test_a_first_read_under_no_grad_keeps_the_cut_history(share, seed):
+    """A compacted for cuts a loop variable to the live rows at its first
+    read in a step and keeps the cut for later reads: made under no_grad,
+    the cut had no history, and the later read with grad lost the
+    gradients through it."""
+    mb_test(batch(compact=share)(_no_grad_in_a_branch), (5, (False, 1)), (5, (False, 1)),
+            (5, (True, 4), (False, 1)), dtype=torch.float64, seed=seed)

@@ -233,9 +233,13 @@ class StepCompaction(Compaction):
             return x
         hit = self.moved.get(id(x))
         if hit is None:
-            data = x.padded_data
-            y = _new(data[:self.n], None, x.dims, bdim=x._bdim)
-            y._kept = (self, kept[1], kept[2] + (data[self.n:m],))
+            # the cut is the loop's bookkeeping, kept for every later read and
+            # for settle: it keeps the history whatever the grad mode of the
+            # read that made it (a first read under ``with torch.no_grad():``)
+            with torch.enable_grad():
+                data = x.padded_data
+                y = _new(data[:self.n], None, x.dims, bdim=x._bdim)
+                y._kept = (self, kept[1], kept[2] + (data[self.n:m],))
             hit = self.moved[id(x)] = (x, y)
         return hit[1]
 
