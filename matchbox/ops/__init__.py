@@ -9,7 +9,8 @@ rule for an op, look in the module of its family:
 - ``softmax``    softmax, log_softmax
 - ``matmul``     matmul, @, bmm, mm, mv, dot
 - ``shape``      view, reshape, transpose, permute, squeeze, cat, stack, ...
-- ``indexing``   x[...], gather, index_select, setitem
+- ``indexing``   x[...], x[...] = v, select, narrow (the gather core they share: ``index_core``)
+- ``gather_scatter``  gather, index_select, take_along_dim, scatter, index_add, nonzero
 - ``boolean_index``  x[mask] with a bool mask, masked_select (a dynamic count per example)
 - ``nn``         linear, embedding, dropout, layer_norm
 - ``rnn``        RNN / LSTM / GRU cells and whole-sequence nn.LSTM / GRU / RNN
@@ -28,6 +29,7 @@ rule for an op, look in the module of its family:
                  call per example where sizes differ
 """
 from . import pointwise, reduction, softmax, matmul, shape, indexing, nn, rnn, loss, helpers  # noqa: F401
+from . import gather_scatter  # noqa: F401
 from . import sorting, boolean_index  # noqa: F401
 from . import attention  # noqa: F401
 from . import conv, norm  # noqa: F401
