@@ -13,7 +13,7 @@ per-example one narrows the active lanes for each branch and skips a branch
 no lane takes.  ``a if c else b`` -> ``_mb.if_exp(c, lambda: a, lambda: b)``.
 
 A branch that may run gathered on the lanes that take it (when few do:
-runtime/compaction.py decides at run time) names itself and the
+runtime/branch_compaction.py decides at run time) names itself and the
 function's ``compact=`` share:
 
     with _mb.if_true(cond, 'if branch at f.py:12 (in f)', None) as run:
@@ -164,7 +164,7 @@ def _root(expr, rt):
 # pays more for gathering them than running it on the branch's lanes saves
 # (the parser's ``if sp > j: f = self.item(vecs, lmost, rmost, ...)``, 6
 # reads: 9% slower gathered; the char tagger's ``e = self.spell(letters)``,
-# 1 read: 3-8x faster; compaction.py has the per-read cost).
+# 1 read: 3-8x faster; branch_compaction.py has the per-read cost).
 BRANCH_MAX_READS = 3
 
 

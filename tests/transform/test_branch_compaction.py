@@ -1,5 +1,5 @@
 """A per-example ``if`` that few examples take runs gathered on them
-(runtime/compaction.py ``BranchCompaction``): every program here is
+(runtime/branch_compaction.py ``BranchCompaction``): every program here is
 checked batched vs per example (values and gradients) with every branch
 gathered (``compact=1.0``), and the measured rule's choices are checked."""
 import pytest
@@ -10,7 +10,7 @@ import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch, batch
 from matchbox.test_utils import mb_rand, mb_test
-from matchbox.transform.runtime import compaction
+from matchbox.transform.runtime import branch_compaction
 
 LENGTHS = ("mixed", "one", "equal")
 SCALAR = (7, (False, 3))
@@ -135,12 +135,12 @@ PROGRAMS = {"calls_a_loop": (calls_a_loop, (SEQ, SCALAR)), "nested": (nested, (S
 def gathered(monkeypatch):
     """How many branches ran gathered."""
     count = []
-    init = compaction.BranchCompaction.__init__
+    init = branch_compaction.BranchCompaction.__init__
 
     def counting(self, *args):
         count.append(1)
         init(self, *args)
-    monkeypatch.setattr(compaction.BranchCompaction, "__init__", counting)
+    monkeypatch.setattr(branch_compaction.BranchCompaction, "__init__", counting)
     return count
 
 

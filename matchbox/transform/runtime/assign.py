@@ -72,7 +72,7 @@ def _compacted_assign(comp, old, new, keep=True):
     """``assign`` in a compacted loop: the update of the live lanes, kept
     compacted (a variable in a compacted ``for``, with ``keep``) or
     scattered back into the full-batch ``old``."""
-    if hasattr(comp, "assign"):  # a branch run gathered (compaction.BranchCompaction)
+    if hasattr(comp, "assign"):  # a branch run gathered (branch_compaction.BranchCompaction)
         return comp.assign(old, new, keep)
     if isinstance(new, tuple) and (isinstance(old, Undefined)
                                    or isinstance(old, tuple) and len(old) == len(new)):

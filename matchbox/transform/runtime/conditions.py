@@ -9,7 +9,7 @@ import torch
 
 from ..._lanes import _ACTIVE, _COMPACT, active_lanes
 from ...core import MaskedBatch
-from .compaction import branch_compaction
+from .branch_compaction import branch_compaction
 from .list_items import list_len
 from .regions import _combine, _inside, _under
 from .pyvalues import PerExample
@@ -100,9 +100,9 @@ class if_true:
 
     ``gather`` (the branch's description, for a branch that may run
     gathered: ``conditionals.py`` decides which) lets the branch run on its
-    lanes only, gathered and scattered back (``compaction.BranchCompaction``),
+    lanes only, gathered and scattered back (``branch_compaction.BranchCompaction``),
     when few lanes take it: ``share`` is ``@batch(compact=...)``'s share,
-    None for the measured rule (``compaction.branch_compaction``).
+    None for the measured rule (``branch_compaction.branch_compaction``).
     ``owner``: the runtime of the function whose code holds the branch;
     ``holder``: a method's ``self``, whose attributes a gathered branch
     gathers and scatters back as it does variables."""
