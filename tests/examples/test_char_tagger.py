@@ -81,14 +81,14 @@ def test_rare_words_of_the_whole_batch_are_spelled_in_one_call(monkeypatch):
     """The loop over words runs once over every (sentence, word) pair, so
     the rare branch is one gathered call for all rare words of the batch
     (docs/batch.md); batched still equals per example."""
-    from matchbox.transform.runtime import compaction
+    from matchbox.transform.runtime import branch_compaction
     gathered = []
-    init = compaction.BranchCompaction.__init__
+    init = branch_compaction.BranchCompaction.__init__
 
     def counting(self, *args):
         gathered.append(int(args[0].sum()))
         init(self, *args)
-    monkeypatch.setattr(compaction.BranchCompaction, "__init__", counting)
+    monkeypatch.setattr(branch_compaction.BranchCompaction, "__init__", counting)
     lexicon = ex.Lexicon(frequent=8)
     g = torch.Generator().manual_seed(2)
     data = [lexicon.sentence(k, 0.15, g) for k in [3, 7, 5, 9, 4, 6, 8, 2, 7, 5]]

@@ -10,7 +10,7 @@ import matchbox
 import matchbox.functional as F
 from matchbox import MaskedBatch, batch
 from matchbox.test_utils import mb_rand, mb_test
-from matchbox.transform.runtime import compaction
+from matchbox.transform.runtime import branch_compaction, compaction
 
 LENGTHS = ("mixed", "one", "equal")
 SEQ = (9, (True, 5), (False, 3))
@@ -137,12 +137,12 @@ def test_map_equals_plain_loop(name):
 def test_rare_words_gathered_once_across_steps(monkeypatch):
     """The rare branch runs once for the whole loop, gathered on its pairs."""
     count = []
-    init = compaction.BranchCompaction.__init__
+    init = branch_compaction.BranchCompaction.__init__
 
     def counting(self, *args):
         count.append(args[0].numel())
         init(self, *args)
-    monkeypatch.setattr(compaction.BranchCompaction, "__init__", counting)
+    monkeypatch.setattr(branch_compaction.BranchCompaction, "__init__", counting)
     B = 16
     torch.manual_seed(0)
     words = MaskedBatch.fromlist([torch.where(torch.rand(1, n, 3) < 0.1, 1.0, 0.0).double()

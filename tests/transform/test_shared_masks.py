@@ -9,7 +9,8 @@ import matchbox
 from matchbox import MaskedBatch
 from matchbox.test_utils import mb_test
 from matchbox.transform.runtime import calls
-from matchbox.transform.runtime.compaction import BranchCompaction, shared_rows
+from matchbox.transform.runtime.branch_compaction import BranchCompaction
+from matchbox.transform.runtime.compaction import shared_rows
 
 
 def _pair(lengths):
