@@ -97,6 +97,10 @@ def convert(fn, max_iterations=None, compact=None, merge_calls=None):
     new.__matchbox_source__ = source
     CONVERTED_CODES.update(_function_codes(new.__code__))
     new.__matchbox_batched__ = True
+    # the code as written, for calls on one example's plain Python values
+    # (runtime/perlane.py), where it means what the rewrite means; not with
+    # a max_iterations bound, which only the rewrite enforces
+    new.__matchbox_plain__ = fn if max_iterations is None else None
     return new
 
 

@@ -10,6 +10,7 @@ here, as they split their arguments per example.
 """
 import math
 import operator
+import types
 
 import torch
 
@@ -165,9 +166,26 @@ def batch_size(args, kwargs=None):
     return B, like
 
 
+_PLAIN = (int, float, bool, str, bytes, type(None), torch.device, torch.dtype)
+
+
+def _plain(v):
+    """Whether ``v`` is plain Python data: numbers, strings and containers
+    of them (no Tensor, batch or object that a rewrite may treat apart)."""
+    if type(v) in (list, tuple, set, frozenset):
+        return all(_plain(x) for x in v)
+    if type(v) is dict:
+        return all(_plain(k) and _plain(x) for k, x in v.items())
+    return type(v) in _PLAIN
+
+
 def per_lane(f, args, kwargs=None, B=None, like=None):
-    """``f(*args, **kwargs)`` run for each active example on its own values."""
+    """``f(*args, **kwargs)`` run for each active example on its own values.
+    A @batch function given only plain Python values runs its code as
+    written (on one example's plain values the rewrite means the same, and
+    costs a runtime call per read)."""
     kwargs = kwargs or {}
+    plain_f = getattr(f, "__matchbox_plain__", None) if type(f) is types.FunctionType else None
     if B is None:
         B, like = batch_size(args, kwargs)
     rows = lane_rows(B)
@@ -184,8 +202,10 @@ def per_lane(f, args, kwargs=None, B=None, like=None):
                     lane.extend(c[b])
                 else:
                     lane.append(c[b])
+            kw = {k: c[b] for k, c in kcols.items()}
+            g = plain_f if plain_f is not None and _plain(lane) and _plain(kw) else f
             try:
-                out.append(f(*lane, **{k: c[b] for k, c in kcols.items()}))
+                out.append(g(*lane, **kw))
             except Exception as e:
                 if hasattr(e, "add_note") and B > 1:
                     e.add_note(f"(matchbox: raised for example {b} of the batch, run on its "
