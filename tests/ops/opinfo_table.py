@@ -88,6 +88,16 @@ SKIP = {
                     "training-mode batch norm: as nn.functional.batch_norm"),
 }
 
+# Entries whose examples must not vary in size: a sample argument indexes
+# the input and torch does not check it against the input's length, so an
+# example shorter than the sample reads memory outside itself and its
+# per-example result is undefined.  Their dynamic mode is "n/a".
+UNCHECKED_INDICES = {
+    "_segment_reduce.offsets": "its offsets end at the sample's length and torch does not check "
+                               "them (a shorter example read garbage per example: 1e+219 on "
+                               "torch 2.14.1, Python 3.13)",
+}
+
 # Known rule bugs this test found and that are not fixed yet: case id ->
 # the bug.  A listed case is expected to fail; one that passes is reported.
 XFAIL = {
@@ -458,6 +468,9 @@ def check(opinfo, seed=0):
               "paths": {"static": set(), "dynamic": set()}}
     ran = False
     for mode in ("static", "dynamic"):
+        if mode == "dynamic" and name in UNCHECKED_INDICES:
+            result[mode] = ("n/a", UNCHECKED_INDICES[name])
+            continue
         outcomes = []
         for s in smp:
             outcome, paths = _run_sample(fn, s, gen, mode == "dynamic", _grad(opinfo, s))
