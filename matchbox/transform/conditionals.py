@@ -88,8 +88,11 @@ class _Conditionals(Pass):
         if share is None and merged:
             share = 1.0  # merged recursive calls gather their lanes anyway: always gather the branch
         call.args += [templates.constant(where), templates.constant(share)]
-        if self.holder is not None:  # a method: its self's attributes are gathered too
+        if self.holder is not None:  # a method: its self's attributes are gathered too,
+            # and those of the parts of self it calls (self.speller(w): a submodule's cache)
             call.args.append(templates.name(self.holder))
+            call.args += [templates.constant(a) for a in _called_parts(body, self.holder,
+                                                                        self.ctx.runtime)]
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
@@ -147,6 +150,24 @@ def _gatherable(body, rt, lists):
                for k in n.keywords):
             return False
     return True
+
+
+def _called_parts(body, holder, rt):
+    """The names ``X`` of the calls ``holder.X(...)`` in ``body``, in order."""
+    parts = []
+    for n in walk_scope(body):
+        if not isinstance(n, gast.Call):
+            continue
+        func = n.func
+        if runtime_call(func, rt, ("converted",)) and func.args:
+            func = func.args[0]   # rt.converted(self.speller)(w)
+        if isinstance(func, gast.Attribute) and func.attr not in parts:
+            obj = func.value
+            if runtime_call(obj, rt, ("read",)) and obj.args:
+                obj = obj.args[0]
+            if isinstance(obj, gast.Name) and obj.id == holder:
+                parts.append(func.attr)
+    return parts
 
 
 def _root(expr, rt):

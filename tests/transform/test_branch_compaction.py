@@ -335,3 +335,43 @@ def test_a_method_in_a_gathered_branch_reads_and_sets_attributes_of_self(lengths
     src = matchbox.to_source(_Tagger.forward)
     assert "(in _Tagger.forward)', 1.0, self)" in src   # the branch gathers self's attributes
     mb_test(m, (10, (False, 3)), lengths=lengths, dtype=torch.float64, seed=3)
+
+
+class _Speller(nn.Module):
+    """A submodule keeping a cache on itself, called in a rare branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.cache = None
+
+    def forward(self, x):
+        h = torch.tanh(self.lin(x))
+        if self.cache is not None:
+            h = h + self.cache * 0.5     # the cache of the branch's examples
+        self.cache = h
+        return h
+
+
+class _SubTagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.speller = _Speller()
+
+    @batch(compact=1.0)
+    def forward(self, x):
+        self.speller.cache = x * 0.1
+        if x.sum() > 1.0:
+            e = self.speller(x)
+        else:
+            e = x * 2
+        return e + self.speller.cache
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_a_submodule_in_a_gathered_branch_reads_and_sets_its_own_attributes(lengths):
+    """Before, the submodule read its full-batch cache with the branch's
+    rows: 'add: batch sizes differ (3 vs 10)'."""
+    src = matchbox.to_source(_SubTagger.forward)
+    assert "1.0, self, 'speller')" in src
+    mb_test(_SubTagger().double(), (10, (False, 3)), lengths=lengths, dtype=torch.float64, seed=3)

@@ -128,8 +128,8 @@ def test_merged_call_results_are_plain_stores():
     for name in ("hl", "cl", "loss_l", "correct_l", "hr", "cr", "loss_r", "correct_r"):
         assert f"{name} = tmp" in src, src
     assert "h = _mb.assign(h," in src
-    assert "if_true(cond, 'if branch" in src and "encode)', None, self)" in src, src
-    assert "if_false(cond, 'else branch" in src and "encode)', 1.0, self)" in src, src
+    assert "if_true(cond, 'if branch" in src and "encode)', None, self, 'leaf_state')" in src, src
+    assert "if_false(cond, 'else branch" in src and "encode)', 1.0, self, 'node_state')" in src, src
 
 
 @batch

@@ -3,6 +3,8 @@ runs on those lanes only (:class:`BranchCompaction`, a :class:`Compaction`
 of compaction.py whose rows are the branch's lanes); what it assigns is
 scattered back into the full-batch values (or kept gathered inside a map
 loop's compaction, its parent)."""
+import types
+
 import torch
 
 from ..._lanes import _COMPACT
@@ -13,6 +15,9 @@ from .update import _assign, _mixed_assign
 from .values import Mixed, Undefined
 
 _new = MaskedBatch._new
+# what a branch never holds attributes of: functions, methods, modules, values
+_NOT_HOLDERS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                types.ModuleType, type, torch.Tensor, MaskedBatch)
 
 
 # ------------------------------------------------------------------ branches
@@ -67,35 +72,46 @@ class BranchCompaction(Compaction):
         super().__init__(alive, owner, description)
         self.parent, self.held = parent, None
 
-    def hold_attributes(self, holder):
-        """For the branch, ``owner``'s (a method's ``self``) full-batch
-        attributes (``self.memory``, ``self.cache``) hold their branch rows:
-        a method called in the branch reads them at the branch's batch size
-        and may set them (``release_attributes`` scatters them back).  Not
-        in a map loop's body, whose lanes are (example, step) pairs."""
-        attrs = getattr(holder, "__dict__", None)
-        if attrs is None or self.parent is not None:
+    def hold_attributes(self, holder, parts=()):
+        """For the branch, ``holder``'s (a method's ``self``) full-batch
+        attributes (``self.memory``, ``self.cache``) hold their branch rows,
+        and so do those of its ``parts`` the branch calls (``self.speller``,
+        a submodule keeping a cache): code called in the branch reads them
+        at the branch's batch size and may set them (``release_attributes``
+        scatters them back).  Not in a map loop's body, whose lanes are
+        (example, step) pairs."""
+        if self.parent is not None or holder is None:
             return
-        before = dict(attrs)
-        gathered = {name: self.rows_of(v) for name, v in before.items() if self.full(v)}
-        attrs.update(gathered)
-        self.held = (attrs, before, gathered)
+        objs = [holder] + [getattr(holder, name, None) for name in parts]
+        self.held = []
+        for obj in objs:
+            attrs = getattr(obj, "__dict__", None)
+            if attrs is None or isinstance(obj, _NOT_HOLDERS) or \
+                    any(attrs is h[0] for h in self.held):
+                continue
+            before = dict(attrs)
+            gathered = {name: self.rows_of(v) for name, v in before.items() if self.full(v)}
+            attrs.update(gathered)
+            self.held.append((attrs, before, gathered))
+
+    def holds(self, obj):
+        """Does the branch hold ``obj``'s attributes at its rows?"""
+        attrs = getattr(obj, "__dict__", None)
+        return self.held is not None and any(attrs is h[0] for h in self.held)
 
     def release_attributes(self, done=True):
         """After the branch (``done``: it ran to its end): each attribute of
-        the holder set in it to a value of the branch's rows holds that value
+        a holder set in it to a value of the branch's rows holds that value
         in those lanes and its old one in the others; the others are back
         as they were."""
-        if self.held is None:
-            return
-        attrs, before, gathered = self.held
-        self.held = None
-        for name, v in list(attrs.items()):
-            old = before.get(name)
-            if name in gathered and (v is gathered[name] or not done):
-                attrs[name] = old  # read only (or the branch raised): as it was
-            elif done and (self.compacted(v) or v is not old and self.full(old)):
-                attrs[name] = self._write(old, v, self.alive)
+        held, self.held = self.held or (), None
+        for attrs, before, gathered in held:
+            for name, v in list(attrs.items()):
+                old = before.get(name)
+                if name in gathered and (v is gathered[name] or not done):
+                    attrs[name] = old  # read only (or the branch raised): as it was
+                elif done and (self.compacted(v) or v is not old and self.full(old)):
+                    attrs[name] = self._write(old, v, self.alive)
 
     def _take(self, x):
         if self.parent is not None:

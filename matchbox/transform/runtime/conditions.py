@@ -105,13 +105,14 @@ class if_true:
     None for the measured rule (``branch_compaction.branch_compaction``).
     ``owner``: the runtime of the function whose code holds the branch;
     ``holder``: a method's ``self``, whose attributes a gathered branch
-    gathers and scatters back as it does variables."""
+    gathers and scatters back as it does variables, and those of ``parts``,
+    the names of its attributes the branch calls (``self.speller(w)``)."""
 
-    __slots__ = ("owner", "c", "gather", "share", "holder", "token", "compact_token")
+    __slots__ = ("owner", "c", "gather", "share", "holder", "parts", "token", "compact_token")
 
-    def __init__(self, owner, c, gather=None, share=None, holder=None):
+    def __init__(self, owner, c, gather=None, share=None, holder=None, *parts):
         self.owner, self.c, self.gather, self.share = owner, c, gather, share
-        self.holder = holder
+        self.holder, self.parts = holder, parts
 
     def _lanes(self):
         return self.c
@@ -131,7 +132,7 @@ class if_true:
             if comp is not None:
                 self.compact_token = _COMPACT.set(comp)
                 _ACTIVE.set(None)  # every gathered lane is active
-                comp.hold_attributes(self.holder)
+                comp.hold_attributes(self.holder, self.parts)
         return run
 
     def __exit__(self, kind, error, tb):

@@ -81,8 +81,7 @@ def _in_compaction(conv, func, obj=None):
     comp = _COMPACT.get()
     if comp is None or not may_change_state(func):
         return conv
-    held = getattr(comp, "held", None)
-    if held is not None and held[0] is getattr(obj, "__dict__", None):
+    if obj is not None and getattr(comp, "holds", None) is not None and comp.holds(obj):
         return conv
 
     def at_full_batch(*args, **kwargs):
