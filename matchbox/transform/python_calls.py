@@ -59,9 +59,9 @@ def _literal(node, kinds=(str,)):
 class _Calls(Pass):
     visit_Lambda = gast.NodeTransformer.generic_visit   # (the earlier passes' lambdas)
 
-    def __init__(self, ctx, names, self_name):
+    def __init__(self, ctx, names, self_name, objects=frozenset()):
         super().__init__(ctx)
-        self.names, self.self_name = names, self_name
+        self.names, self.self_name, self.objects = names, self_name, objects
 
     def _rt(self, attr, origin):
         return templates.replace_as_expression(f"rt.{attr}", origin, rt=self.ctx.runtime)
@@ -114,10 +114,12 @@ class _Calls(Pass):
             obj = func.value
             if runtime_call(obj, self.ctx.runtime, ("read",)) and obj.args:
                 obj = obj.args[0]   # (rt.read(self) in a branch or loop)
-            # (h.sum(): a tensor's method; child_calls.defer: the rewrite's own object)
-            return isinstance(obj, gast.Name) and (obj.id == self.self_name or (
-                obj.id in self.names and obj.id not in self.ctx.namer.generated
-                and not hasattr(torch.Tensor, func.attr)))
+            # (h.sum(): a tensor's method; child_calls.defer: the rewrite's own object;
+            # t = Tally() then t.log(v): an object's, whatever its method's name)
+            return isinstance(obj, gast.Name) and (obj.id == self.self_name or obj.id in self.objects
+                                                   or obj.id in self.names
+                                                   and obj.id not in self.ctx.namer.generated
+                                                   and not hasattr(torch.Tensor, func.attr))
         return False
 
     def visit_Expr(self, node):
@@ -253,7 +255,22 @@ class _Calls(Pass):
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
 
+def _objects(fdef):
+    """The local names bound only to instances of a class the function
+    calls by name (``t = Tally()``: a capitalised name, by convention)."""
+    made, targets = set(), set()
+    for n in gast.walk(fdef):
+        if isinstance(n, gast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], gast.Name) \
+                and isinstance(n.value, gast.Call) and isinstance(n.value.func, gast.Name) \
+                and n.value.func.id[:1].isupper() and n.value.func.id not in _PY_BUILTINS:
+            made.add(n.targets[0].id)
+            targets.add(id(n.targets[0]))
+    other = {n.id for n in gast.walk(fdef) if isinstance(n, gast.Name)
+             and isinstance(n.ctx, gast.Store) and id(n) not in targets}
+    return frozenset(made - other)
+
+
 def transform(fdef, ctx):
     args = fdef.args.posonlyargs + fdef.args.args
     self_name = args[0].id if args and args[0].id == "self" else None
-    return _Calls.run(fdef, ctx, local_names(fdef), self_name)
+    return _Calls.run(fdef, ctx, local_names(fdef), self_name, _objects(fdef))

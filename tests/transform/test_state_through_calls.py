@@ -171,3 +171,39 @@ def test_a_helper_changing_its_argument_in_a_compacted_loop_raises():
                                       (False,))
     with pytest.raises(RuntimeError, match="changed an argument in place"):
         bumps(x)
+
+
+class Log:
+    """A helper whose method names are also Tensor methods' (``log``, ``put``)."""
+
+    def __init__(self):
+        self.n, self.total = 0, 0.0
+
+    def log(self, v):
+        self.n += 1
+        self.total = self.total + v
+        return v
+
+    def put(self, v):
+        self.n += 2
+        return v * 2
+
+
+@matchbox.batch
+def logged(x):                                   # x: (1, n, 3)
+    lg = Log()
+    out = x.sum(1) * 0
+    for s in x.unbind(1):
+        if s.sum() > 0:
+            out = out + lg.log(s.sum())
+        else:
+            out = out + lg.put(s)
+    return out * lg.n + lg.total
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_a_helper_method_named_as_a_tensor_method_is_the_helpers(lengths):
+    """``lg = Log()`` then ``lg.log(v)``: before, the rewrite took ``log``
+    for a tensor's method and ran it once for the batch (a batch-size
+    error later, 'add: batch sizes differ (5 vs 11)')."""
+    mb_test(logged, (5, (True, 4), (False, 3)), lengths=lengths, dtype=D)
