@@ -162,10 +162,32 @@ def calls_an_undecorated_helper(x):
     return helper_reading_item(x)
 
 
-def test_item_in_undecorated_helper_names_it():
-    with pytest.raises(TypeError, match=r"helper_reading_item .*inside @batch function "
-                                        r"calls_an_undecorated_helper.*decorate it"):
-        calls_an_undecorated_helper(_batch([1, 2]))
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_item_in_undecorated_helper_reads_each_examples(lengths):
+    """A function of the module that @batch code calls with a batch and
+    that reads a value per example (``.item()``, an ``if``) is rewritten on
+    its first call, as one given per-example Python values is; before, it
+    ran as written and raised an error telling the user to decorate it."""
+    mb_test(calls_an_undecorated_helper, (4, (True, 3)), lengths=lengths, dtype=torch.float64)
+
+
+def clip(h):
+    if h.sum() > 1.0:
+        h = h / h.sum()
+    return h
+
+
+@matchbox.batch
+def clipped_steps(x):                            # x: (1, 3)
+    h = torch.tanh(x)
+    for i in range(2):
+        h = clip(h * 2)
+    return h
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_an_undecorated_helper_with_an_if_takes_each_examples_branch(lengths):
+    mb_test(clipped_steps, (6, (False, 3)), lengths=lengths, dtype=torch.float64)
 
 
 @matchbox.batch

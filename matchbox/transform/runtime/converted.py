@@ -17,9 +17,11 @@ import os
 import sysconfig
 import types
 
+import gast
 import torch
 
 from ..._lanes import _ACTIVE, _COMPACT
+from ...core import MaskedBatch
 from .perlane import per_lane
 from .pyvalues import PerExample
 
@@ -52,17 +54,52 @@ def converted(f):
 
 def helper(f, *args, **kwargs):
     """``f(*args, **kwargs)`` for a function of the module that @batch code
-    calls by name (``prepare_sequence(seq, to_ix)``): as written, unless an
-    argument holds per-example Python values (a word list per example),
-    which the code as written would take for one value: then rewritten as
-    ``converted`` gives it, or, where it cannot be, run for each example on
-    its own values."""
+    calls by name (``prepare_sequence(seq, to_ix)``, ``clip(h)``): as
+    written, unless an argument holds per-example Python values (a word
+    list per example), which the code as written would take for one value,
+    or a batch meets code that reads a value per example (an ``if`` on
+    it, ``.item()``: ``needs_lanes``): then rewritten as ``converted``
+    gives it, or, where it cannot be, run for each example on its own
+    values."""
     if not any(_objects(a) for a in args) and not any(_objects(v) for v in kwargs.values()):
-        return f(*args, **kwargs)
+        if not (type(f) is types.FunctionType and needs_lanes(f) and (
+                any(type(a) is MaskedBatch for a in args)
+                or any(type(v) is MaskedBatch for v in kwargs.values()))):
+            return f(*args, **kwargs)
+        conv = converted(f)
+        return conv(*args, **kwargs)
     conv = converted(f)
     if conv is f and type(f) is types.FunctionType:
         return per_lane(f, args, kwargs)
     return conv(*args, **kwargs)
+
+
+# what in a function's code reads one value per example: control flow, and
+# the reads that give a Python value (h.item(), int(n), len(xs))
+_FLOW = (gast.If, gast.While, gast.For, gast.IfExp, gast.BoolOp, gast.Break, gast.Continue)
+_READS = {"item", "tolist", "numpy", "int", "float", "bool", "len"}
+
+
+def needs_lanes(f):
+    """Does ``f``'s code (a user function) read a value per example?  Kept
+    on ``f``."""
+    found = f.__dict__.get("__matchbox_lanes__")
+    if found is None:
+        found = False
+        if not getattr(f, "__matchbox_batched__", False) \
+                and not os.path.abspath(f.__code__.co_filename).startswith(_SKIP):
+            from ..parser import parse_function
+            try:
+                fdef = parse_function(f)[0]
+            except Exception:   # no source: it runs as written
+                fdef = None
+            found = fdef is not None and any(
+                isinstance(n, _FLOW) or isinstance(n, gast.Call) and (
+                    isinstance(n.func, gast.Attribute) and n.func.attr in _READS
+                    or isinstance(n.func, gast.Name) and n.func.id in _READS)
+                for n in gast.walk(fdef))
+        f.__dict__["__matchbox_lanes__"] = found
+    return found
 
 
 def _objects(x):
