@@ -16,8 +16,6 @@ change to it, one after the other, as each example run alone would.
 """
 import copy
 
-import torch
-
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .converted import converted

@@ -12,7 +12,6 @@ from ...ops.steps import Steps
 from .list_items import reversed_list
 from .perlane import per_lane
 from .pyvalues import PerExample, held_by
-from .lists import _holds as holds, _listed
 from .select import select
 
 _new = MaskedBatch._new
@@ -196,7 +195,7 @@ def sum_(iterable, start=0):
         return per_lane(builtins.sum, (iterable, start))
     out = start
     for item in iterable:
-        held = holds(item)
+        held = held_by(item)
         if held is None:
             out = out + item
             continue

@@ -10,9 +10,9 @@ import torch
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .compaction import owned
-from .lists import _holds, _in_lanes, _layout, _listed, _pick, _rebuilt, _tag, _untagged
+from .lists import _in_lanes, _layout, _listed, _pick, _rebuilt, _tag, _untagged
 from .pyslices import item_of
-from .pyvalues import PerExample
+from .pyvalues import PerExample, held_by
 from .select import select
 
 _new = MaskedBatch._new
@@ -165,7 +165,7 @@ def _reversed(lst):
     result is not packed (an example's items need not start at 0): it
     records no per-lane counts, so the list operations that need them pack
     it first, and F.stack packs each example's items itself."""
-    if all(_holds(v) is None for v in lst):
+    if all(held_by(v) is None for v in lst):
         return lst[::-1]
-    return [_tag(_untagged(v), _holds(v)) if type(v) in (MaskedBatch, PerExample) else v
+    return [_tag(_untagged(v), held_by(v)) if type(v) in (MaskedBatch, PerExample) else v
             for v in reversed(lst)]

@@ -19,7 +19,7 @@ from ...core import MaskedBatch, derived
 from ...ops._registry import uncut
 from .compaction import owned
 from .regions import _ALL, _inside, _within
-from .pyvalues import PerExample, held_item
+from .pyvalues import PerExample, held_by, held_item
 from .select import _canonical, _full_mask, _lane_view, select
 
 _new = MaskedBatch._new
@@ -186,20 +186,6 @@ def _append(lst, value):
 
 
 # ------------------------------------------------------------------ reading and popping
-def _holds(item):
-    """The lanes (bool ``(B,)``) that hold list item ``item``; None: all."""
-    tag = _listed(item)
-    if tag is not None:
-        return tag[0]
-    if type(item) is MaskedBatch:
-        present = getattr(item, "_present", None)
-        if present is not None:
-            return present
-        m = item._mask
-        return None if m is None else m.reshape(m.size(0), -1).any(1)
-    return None
-
-
 def _layout(lst):
     """Each example's length (LongTensor ``(B,)``) of a per-example list,
     after packing it (each example's ``j``-th item at index ``j``); None
@@ -208,7 +194,7 @@ def _layout(lst):
         return None
     if _counts(lst) is not None:
         return _counts(lst)
-    holds = [_holds(v) for v in lst]
+    holds = [held_by(v) for v in lst]
     ref = next((h for h in holds if h is not None), None)
     if ref is None:
         return None

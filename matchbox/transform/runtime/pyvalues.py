@@ -204,7 +204,11 @@ def held_by(item):
     tag = getattr(item, "_listed", None) if type(item) in (MaskedBatch, PerExample) else None
     if tag is not None:
         return tag[0]
-    m = item._mask if type(item) is MaskedBatch else None
+    if type(item) is not MaskedBatch:
+        return None
+    if item._present is not None:   # (some examples hold no value)
+        return item._present
+    m = item._mask
     return None if m is None else m if m.dim() == 1 else m.reshape(m.size(0), -1).any(1)
 
 

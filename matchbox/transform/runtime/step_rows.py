@@ -8,8 +8,6 @@ gathering rows inside each op), and its graph is compiled once for every
 number of rows (their dimension is dynamic).  A MaskedBatch holds one row
 per example in every part (data, mask, presence, sizes); a plain Tensor,
 a module or a constant is every example's, and stays as it is."""
-import torch
-
 from ...core import MaskedBatch
 
 _new = MaskedBatch._new
