@@ -8,9 +8,9 @@ from .ops.loss import example_sum, example_mean, token_mean
 from .ops.fallback import PerExampleFallbackWarning
 from .transform import batch, to_source
 from .func import vmap
-from .objects import objects, PerExample
+from .objects import objects, examples, PerExample
 
 __all__ = ["MaskedBatch", "functional", "data", "batch", "to_source",
            "example_sum", "example_mean", "token_mean", "vmap", "PerExampleFallbackWarning",
-           "objects", "PerExample"]
+           "objects", "examples", "PerExample"]
 __version__ = "0.1.0"

@@ -1,10 +1,10 @@
-"""A batch of Python objects, one per example (SPEC 4b)."""
+"""A batch of Python objects, one per example (SPEC 4b), and back."""
 import torch
 
 from .core import MaskedBatch
 from .transform.runtime.pyvalues import PerExample, _scalar
 
-__all__ = ["objects", "PerExample"]
+__all__ = ["objects", "examples", "PerExample"]
 
 
 def objects(items):
@@ -29,3 +29,16 @@ def objects(items):
     if all(type(v) in (bool, int, float) for v in items):
         return _scalar(items, items, None)   # (each example's own, even where all agree)
     return PerExample(items)
+
+
+def examples(value):
+    """The examples' values of what a ``@batch`` function returned: a
+    list with one entry per example (``matchbox.objects``'s inverse): a
+    PerExample's Python values (the names a generator sampled), a
+    MaskedBatch's ``examples()``; anything else is every example's."""
+    if type(value) is PerExample:
+        return list(value._mb_values)
+    if isinstance(value, MaskedBatch):
+        return value.examples()
+    raise TypeError(f"matchbox.examples takes a PerExample or a MaskedBatch, got "
+                    f"{type(value).__name__} (one value for every example)")

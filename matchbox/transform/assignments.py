@@ -7,6 +7,7 @@
     d[k] = v       ->  d = _mb.setitem(d, k, v, 'd')  (see below)
     x[:, i] = v    ->  x = _mb.setitem(x, (slice(None), i), v, 'x')
     buf[i] = v     ->  buf = _mb.setitem(buf, i, v, 'buf', own=True)   (buffers.py)
+    buf[i][0] = v  ->  buf = _mb.setitem(buf, _mb.path(i, 0), v, 'buf', own=True)
     d[k] += v      ->  key = k
                        d = _mb.setitem(d, key, _mb.aug_assign(d[key], '+=', v, in_place=False), 'd')
     o.d[k] = v     ->  _mb.setitem(o.d, k, v)
@@ -103,6 +104,16 @@ class _Assignments(Pass):
                 "x = rt.setitem(x, key, value, name)", origin, rt=rt, x=target.value.id,
                 key=_Slices().visit(target.slice), value=value,
                 name=templates.constant(target.value.id)))
+        path = self._path(target)
+        if path is not None:
+            # buf[li][0][k] = 1 into a Tensor the function made: one store, so
+            # that it too can give each example its own copy
+            name, keys = path
+            key = templates.stamp(gast.Call(templates.replace_as_expression(
+                "rt.path", origin, rt=rt), keys, []), origin)
+            return self._own(templates.replace(
+                "x = rt.setitem(x, key, value, name)", origin, rt=rt, x=name,
+                key=key, value=value, name=templates.constant(name)))
         if isinstance(target, gast.Subscript) and not any(
                 isinstance(n, gast.Slice) for n in gast.walk(target.slice)):
             return templates.replace("rt.setitem(obj, key, value)", origin, rt=rt,
@@ -111,13 +122,33 @@ class _Assignments(Pass):
         # MaskedBatch's __setitem__ honours the active lanes
         return templates.replace("x = value", origin, x=target, value=value)
 
+    def _path(self, target):
+        """``(name, keys)`` for a store ``name[k1][k2]...[kn] = v`` into a
+        Tensor the function made (buffers.py), else None."""
+        rt, keys, node = self.ctx.runtime, [], target
+        while True:
+            if isinstance(node, gast.Subscript):
+                keys.append(_Slices().visit(node.slice))
+                node = node.value
+            elif runtime_call(node, rt, ("getitem",)) and len(node.args) == 2:
+                keys.append(node.args[1])
+                node = node.args[0]
+            elif runtime_call(node, rt, ("read",)) and node.args:
+                node = node.args[0]
+            else:
+                break
+        if len(keys) < 2 or not isinstance(node, gast.Name) or node.id not in self.ctx.owned_buffers:
+            return None
+        return node.id, keys[::-1]
+
     def _keyed(self, target):
         """A store that outlives the function or may take a per-example key,
         so it goes through the runtime outside branches and loops too:
         ``name[key]`` on a local, and ``obj.attr`` (in a function called for
         some examples only, ``self.last = h`` changes theirs only)."""
         return isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) \
-            and target.value.id in self.local or isinstance(target, gast.Attribute)
+            and target.value.id in self.local or isinstance(target, gast.Attribute) \
+            or self._path(target) is not None
 
     def visit_Assign(self, node):
         node.value = self.visit(node.value)  # (a walrus in it, a conditional expression)

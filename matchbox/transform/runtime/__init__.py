@@ -51,7 +51,7 @@ import functools
 import operator
 import types
 
-from .assign import aug_assign, assign, inplace, read, setattr_, setitem
+from .assign import aug_assign, assign, inplace, path, read, setattr_, setitem
 from .calls import SiblingLoop, recursive, sibling_calls
 from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
 from .containers import method, mutate
@@ -70,7 +70,7 @@ from .select import select
 from .tensor_checks import isinstance_, tensor_call
 from .values import Mixed, Undefined, returned
 
-__all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "inplace",
+__all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "path", "inplace",
            "select",
            "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",

@@ -126,6 +126,42 @@ def aug_assign(owner, old, op, value, in_place=True):
     return _assign(old, outplace(_read(old), value))
 
 
+class Path(tuple):
+    """The keys of ``x[k1][k2]...[kn] = v`` (``path(k1, ..., kn)``: the
+    rewrite's form of a store into an item of a Tensor the function made)."""
+
+
+def path(*keys):
+    return Path(keys)
+
+
+def _an_int(k):
+    """Is ``k`` an int index (one per example, maybe): ``x[k][j]`` is then
+    ``x[k, j]``."""
+    t = type(k)
+    if t is int:
+        return True
+    if t is PerExample:
+        return all(type(v) is int for v in k._mb_values)
+    return t is MaskedBatch and k.dim() == 0 and not k.dtype.is_floating_point \
+        and k.dtype is not torch.bool
+
+
+def _path_store(obj, keys, value, name, own):
+    """``obj[k1]...[kn] = value``: one store ``obj[k1, ..., kn]`` where the
+    outer keys are ints (so it can give each example its own copy of
+    ``obj``); else through the items, as written."""
+    *outer, last = keys
+    if all(_an_int(k) for k in outer):
+        return setitem(obj, tuple(outer) + (last if type(last) is tuple else (last,)),
+                       value, name, own)
+    target = obj
+    for k in outer:
+        target = target[k]
+    setitem(target, last, value)
+    return obj
+
+
 def setitem(obj, key, value, name=None, own=False, fresh=False):
     """``obj[key] = value`` for the active lanes, and the object the local
     variable ``name`` (None: the target is no local variable) holds after
@@ -136,6 +172,8 @@ def setitem(obj, key, value, name=None, own=False, fresh=False):
     nothing else hold it, transform/buffers.py) takes the store as one copy
     per example (``_own_copies``).  A per-example key: see
     ``containers.setitem`` (``fresh``: a container the function made)."""
+    if type(key) is Path:
+        return _path_store(obj, key, value, name, own)
     if type(obj) is PerExample or (type(key) in (PerExample, MaskedBatch)
                                    or fresh and _ACTIVE.get() is not None) \
             and not isinstance(obj, (torch.Tensor, MaskedBatch)):

@@ -26,9 +26,12 @@ from .pyvalues import PerExample
 #: per-example argument, runs per example), and those that change it
 METHODS = {"get", "index", "count", "setdefault", "add", "update", "remove", "discard",
            "union", "intersection", "difference", "issubset", "issuperset", "isdisjoint",
-           "most_common", "pop", "popitem", "clear", "copy", "keys", "values", "items"}
+           "most_common", "pop", "popitem", "clear", "copy", "keys", "values", "items",
+           # a shared string's, with a per-example argument (all_letters.find(letter))
+           "find", "rfind", "rindex", "startswith", "endswith", "join", "replace"}
 MUTATORS = {"setdefault", "add", "update", "remove", "discard", "pop", "popitem", "clear"}
 _CONTAINERS = (dict, set, list)
+_VALUES = _CONTAINERS + (str, bytes, tuple, frozenset)   # (read per example)
 
 
 def _per_example(args, kwargs=None):
@@ -55,9 +58,9 @@ def _lanes_b(args, kwargs=None):
 
 def method(obj, name, *args, **kwargs):
     """``obj.name(*args, **kwargs)`` where ``obj`` may be a plain container
-    read (or changed, if shared) with per-example arguments; a method of
+    or string read (or changed, if shared) with per-example arguments; a method of
     another object (``meter.update(v)``) runs as @batch rewrites it."""
-    if type(obj) is not PerExample and not isinstance(obj, _CONTAINERS):
+    if type(obj) is not PerExample and not isinstance(obj, _VALUES):
         return converted(getattr(obj, name))(*args, **kwargs)
     if type(obj) is not PerExample and not _per_example(args, kwargs):
         return getattr(obj, name)(*args, **kwargs)
