@@ -2,7 +2,7 @@
 import torch
 
 from .core import MaskedBatch
-from .transform.runtime.pyvalues import PerExample, _scalar
+from .transform.runtime.pyvalues import PerExample, _scalar, held_by
 
 __all__ = ["objects", "examples", "PerExample"]
 
@@ -35,10 +35,21 @@ def examples(value):
     """The examples' values of what a ``@batch`` function returned: a
     list with one entry per example (``matchbox.objects``'s inverse): a
     PerExample's Python values (the names a generator sampled), a
-    MaskedBatch's ``examples()``; anything else is every example's."""
+    MaskedBatch's ``examples()``, a list the function built per example
+    (``decoded_words.append(w)`` under per-example control flow: each
+    example's own items)."""
     if type(value) is PerExample:
         return list(value._mb_values)
     if isinstance(value, MaskedBatch):
         return value.examples()
-    raise TypeError(f"matchbox.examples takes a PerExample or a MaskedBatch, got "
+    if type(value) in (list, tuple):
+        items = [examples(v) if type(v) is PerExample or isinstance(v, MaskedBatch) else None
+                 for v in value]
+        B = next((len(c) for c in items if c is not None), None)
+        if B is not None:
+            held = [h if h is None else h.tolist() for h in map(held_by, value)]
+            return [type(value)(v if c is None else c[b] for v, c, h in zip(value, items, held)
+                                if h is None or h[b]) for b in range(B)]
+    raise TypeError(f"matchbox.examples takes what a @batch function returned for a batch "
+                    f"(a PerExample, a MaskedBatch, a list of them), got "
                     f"{type(value).__name__} (one value for every example)")

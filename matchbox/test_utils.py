@@ -150,6 +150,8 @@ def _held(obj, j, path="output", bpath="output"):
                 gone = absent_examples(o)
                 if gone is not None and bool(gone[j]):
                     continue
+            elif isinstance(o, PerExample) and o._listed is not None and not bool(o._listed[0][j]):
+                continue   # a Python item (a word) appended by some examples only
             out += _held(o, j, f"{path}[{k}]", f"{bpath}[{i}]")
             k += 1
         return out

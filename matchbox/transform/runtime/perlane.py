@@ -219,6 +219,9 @@ def per_lane(f, args, kwargs=None, B=None, like=None):
 
 # ------------------------------------------------------------------ PerExample's operations
 def _setattr(self, name, value):
+    if name in PerExample.__slots__:   # its own (``_listed``: an item of a per-example list)
+        object.__setattr__(self, name, value)
+        return
     for obj, v in _stores(self, value):
         setattr(obj, name, v)
 
