@@ -126,9 +126,13 @@ def _index_shared_tensor(t, index):
     items = index if isinstance(index, tuple) else (index,)
     idx, rest = items[0], items[1:]
     if not is_mb(idx) or any(is_mb(i) or isinstance(i, torch.Tensor) for i in rest):
+        out = _points_of_shared_tensor(t, items)
+        if out is not None:
+            return out
         raise NotImplementedError(
-            "indexing a plain Tensor with a MaskedBatch is supported only as table[idx] or "
-            "table[idx, ...] (the per-example index first, basic indices after)")
+            "indexing a plain Tensor with a MaskedBatch is supported as table[idx] or "
+            "table[idx, ...] (the per-example index first, basic indices after), and with one "
+            "int per example at any positions (transitions[tags[i + 1], tags[i]])")
     if idx.dtype.is_floating_point or idx.dtype == torch.bool:
         raise IndexError(f"a MaskedBatch index must hold integers, got {idx.dtype}")
     n = t.size(0)
@@ -148,6 +152,59 @@ def _index_shared_tensor(t, index):
     # per example the index's dims come first: its batch-of-one dim (or none,
     # for one int per example: table[tok.item()] is (d,)) stays where it was
     return new(data, mask, dims, bdim=idx._bdim)
+
+
+def _points_of_shared_tensor(t, items):
+    """``t[k0, k1, ...]`` of a plain Tensor where each per-example index is
+    one int per example (``transitions[tags[i + 1], tags[i]]``) and the
+    others are ints, slices, None or ``...``: one advanced index of ``(B,)``
+    rows per indexed dim (ints too, so torch puts the examples' dim in one
+    place), moved to the front.  None where it does not apply."""
+    points = [it for it in items if is_mb(it)]
+    if not points or not all(not p.dims and p._bdim is None and p.dtype in _INTS for p in points) \
+            or any(isinstance(it, torch.Tensor) and not is_mb(it) for it in items):
+        return None
+    B = points[0].padded_data.size(0)
+    if any(p.padded_data.size(0) != B for p in points):
+        return None
+    ell = [k for k, it in enumerate(items) if it is Ellipsis]
+    used = sum(1 for it in items if it is not None and it is not Ellipsis)
+    if len(ell) > 1 or used > t.dim():
+        return None
+    if ell:
+        items = items[:ell[0]] + (slice(None),) * (t.dim() - used) + items[ell[0] + 1:]
+    real = None   # (B,): the examples whose every index is real
+    for p in points:
+        if p._mask is not None:
+            real = p._mask.reshape(B) if real is None else real & p._mask.reshape(B)
+    index, dim, first, present = [], 0, None, None
+    for it in items:
+        if is_mb(it) or type(it) is int:
+            n = t.size(dim)
+            raw = it.padded_data.long() if is_mb(it) else torch.full((B,), it, device=t.device)
+            i, _ = _in_range(torch.where(raw < 0, raw + n, raw), torch.full((B,), n, device=t.device),
+                             it._present if is_mb(it) else None, real,
+                             "indexing a shared Tensor", dim, shown=raw)
+            if first is None:
+                first = len([x for x in index if not isinstance(x, torch.Tensor)])
+            elif not isinstance(index[-1], torch.Tensor):
+                first = 0   # advanced indices apart: torch puts their dim first
+            if is_mb(it) and it._present is not None:
+                present = it._present if present is None else present & it._present
+            index.append(i.to(t.device))
+            dim += 1
+        else:
+            index.append(it)
+            dim += it is not None
+    data = t[tuple(index)].movedim(first, 0)
+    mask = None
+    if real is not None:
+        mask = real.reshape((B,) + (1,) * (data.dim() - 1))
+        data = torch.where(mask, data, torch.zeros((), dtype=data.dtype, device=data.device))
+    out = new(data, mask, (False,) * (data.dim() - 1), bdim=None)
+    if present is not None:
+        out._present = present
+    return out
 
 
 # ------------------------------------------------------------------ x[...] = v

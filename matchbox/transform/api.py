@@ -8,7 +8,7 @@ import os
 import types
 import weakref
 
-from . import (assignments, break_statements, calls, conditionals, continue_statements,
+from . import (asserts, assignments, break_statements, calls, conditionals, continue_statements,
                logical, loops, python_calls, python_values, reads, returns, runtime,
                sibling_calls, unsupported, walrus)
 from .analysis import loop_temporaries
@@ -29,6 +29,7 @@ PASSES = (
     break_statements,     # break             -> break_ flag, guarded rest
     continue_statements,  # continue          -> continue_ flag, guarded rest
     logical,              # and / or / not in tests -> _mb.and_ / or_ / not_
+    asserts,              # assert t, msg     -> _mb.assert_(t, lambda: msg)
     reads,                # reads in regions  -> _mb.read(x) (dormant lanes detached)
     calls,                # lst.append, range/enumerate/zip/reversed in for
     python_values,        # x.size(d), len(v), v.item(), int(v), lst.pop(), v[i] -> per-example values

@@ -36,7 +36,7 @@ import gast
 
 from . import templates
 from .analysis import declared_outer, local_names, param_names, runtime_call
-from .runtime.containers import METHODS, MUTATORS
+from .runtime.containers import MUTATORS
 from .passes import Pass
 from .walrus import thunks
 

@@ -1,4 +1,4 @@
-"""Lower ``and`` / ``or`` / ``not`` in the tests of if, while and
+"""Lower ``and`` / ``or`` / ``not`` in the tests of if, while, assert and
 conditional expressions to runtime calls that work per lane:
 
     if a and not b:   ->   if _mb.and_(a, lambda: _mb.not_(b)):
@@ -32,7 +32,7 @@ class _Tests(Pass):
         node.test = self.lower(node.test)
         return node
 
-    visit_If = visit_While = visit_IfExp = _with_test
+    visit_If = visit_While = visit_IfExp = visit_Assert = _with_test
 
 
 def transform(fdef, ctx):

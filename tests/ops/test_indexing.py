@@ -5,6 +5,7 @@ import operator
 import pytest
 import torch
 
+import matchbox
 from matchbox import MaskedBatch
 from matchbox._lanes import lanes
 from matchbox.test_utils import mb_rand, mb_test
@@ -331,3 +332,43 @@ def test_index_select_a_vector_per_example(ks):
                               for n in ns], (True, True), None)
     out = mb_test(lambda x, i: x.index_select(0, i), x, idx, dtype=torch.float64)
     assert [tuple(e.shape) for e in out.examples()] == [(k, 1 + n % 3) for n, k in zip(ns, ks)]
+
+
+# ------------------------------------------------------------------ a shared table at per-example points
+_TABLE = torch.randn(5, 4, 3, dtype=torch.float64, requires_grad=True)
+
+
+def _ints(values):
+    return MaskedBatch.fromlist([torch.tensor(v) for v in values], batch_dim=None)
+
+
+@pytest.mark.parametrize("read", [
+    lambda i, j: _TABLE[i, j],            # transitions[tags[i + 1], tags[i]]
+    lambda i, j: _TABLE[2, j],            # an int beside a per-example int
+    lambda i, j: _TABLE[i, :, j % 3],     # apart: torch puts the examples' dim first
+    lambda i, j: _TABLE[:, j, i % 3],
+    lambda i, j: _TABLE[..., i % 3],
+    lambda i, j: _TABLE[i, -1 - j],       # negative per example
+])
+def test_a_shared_table_read_at_per_example_ints(read):
+    mb_test(read, _ints([0, 4, 2, 1]), _ints([3, 0, 1, 2]), params=[_TABLE])
+
+
+def test_a_shared_table_read_out_of_range_names_the_example():
+    with pytest.raises(IndexError, match="example 1"):
+        _TABLE[_ints([0, 4]), _ints([1, 9])]
+
+
+@matchbox.batch
+def _path_score(tags):                           # tags: (n,) ints, per-example n
+    score = _TABLE[0, 0, 0] * 0
+    for i in range(tags.size(0) - 1):
+        score = score + _TABLE[tags[i + 1], tags[i]].sum()
+    return score
+
+
+def test_a_shared_table_read_at_per_example_ints_in_a_loop():
+    """(the examples past their end hold no index: masked)"""
+    tags = MaskedBatch.fromlist([torch.tensor(v) for v in ([0, 1, 2, 3], [4], [2, 2], [1, 0, 3])],
+                                (True,), batch_dim=None)
+    mb_test(_path_score, tags, params=[_TABLE])

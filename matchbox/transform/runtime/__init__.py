@@ -53,7 +53,7 @@ import types
 
 from .assign import aug_assign, assign, inplace, path, read, setattr_, setitem
 from .calls import SiblingLoop, recursive, sibling_calls
-from .conditions import and_, cond, if_exp, if_false, if_true, not_, or_
+from .conditions import and_, assert_, cond, if_exp, if_false, if_true, not_, or_
 from .containers import method, mutate
 from .converted import converted, helper
 from .iterables import LaneIterable, LaneRange, enumerate_, lane_items, presence, range_, \
@@ -72,7 +72,7 @@ from .values import Mixed, Undefined, returned
 
 __all__ = ["Undefined", "Mixed", "read", "assign", "aug_assign", "setattr_", "setitem", "path", "inplace",
            "select",
-           "cond", "not_", "and_", "or_", "if_true", "if_false", "if_exp", "append", "extend",
+           "cond", "not_", "and_", "or_", "assert_", "if_true", "if_false", "if_exp", "append", "extend",
            "insert", "pop", "getitem", "size", "shape", "len_", "item", "int_", "float_", "bool_",
            "isinstance_", "tensor_call",
            "while_loop", "for_loop", "step_loop", "map_loop", "LaneIterable", "LaneRange", "lane_items",

@@ -43,6 +43,34 @@ def cond(value):
     return bool(value)
 
 
+def assert_(test, message=None):
+    """``assert test, message()`` for every active example: one whose test
+    is false (and real) raises AssertionError naming it."""
+    c = cond(test)
+    if isinstance(c, bool):
+        if not c:
+            raise AssertionError(*(() if message is None else (message(),)))
+        return
+    bad = ~c
+    if isinstance(test, MaskedBatch):   # (an example that holds no value is no failure)
+        if test._mask is not None:
+            bad = bad & test._mask.reshape(-1)
+        if test._present is not None:
+            bad = bad & test._present
+    lanes = active_lanes()
+    if lanes is not None:
+        bad = bad & lanes
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0])
+        msg = None if message is None else message()
+        if type(msg) is PerExample:
+            msg = msg._mb_values[b]
+        error = AssertionError(*(() if msg is None else (msg,)))
+        if hasattr(error, "add_note"):   # (Python 3.11+)
+            error.add_note(f"(matchbox: the assert failed for example {b} of the batch)")
+        raise error
+
+
 def _as_condition_batch(lanes):
     return _new(lanes, None, (), bdim=None)
 

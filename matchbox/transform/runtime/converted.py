@@ -81,24 +81,33 @@ _READS = {"item", "tolist", "numpy", "int", "float", "bool", "len"}
 
 
 def needs_lanes(f):
-    """Does ``f``'s code (a user function) read a value per example?  Kept
-    on ``f``."""
+    """Does ``f``'s code (a user function), or a function of its module it
+    calls by name (``log_sum_exp`` calling ``argmax``), read a value per
+    example?  Kept on ``f``."""
     found = f.__dict__.get("__matchbox_lanes__")
-    if found is None:
-        found = False
-        if not getattr(f, "__matchbox_batched__", False) \
-                and not os.path.abspath(f.__code__.co_filename).startswith(_SKIP):
-            from ..parser import parse_function
-            try:
-                fdef = parse_function(f)[0]
-            except Exception:   # no source: it runs as written
-                fdef = None
-            found = fdef is not None and any(
-                isinstance(n, _FLOW) or isinstance(n, gast.Call) and (
-                    isinstance(n.func, gast.Attribute) and n.func.attr in _READS
-                    or isinstance(n.func, gast.Name) and n.func.id in _READS)
-                for n in gast.walk(fdef))
-        f.__dict__["__matchbox_lanes__"] = found
+    if found is not None:
+        return found
+    f.__dict__["__matchbox_lanes__"] = False   # (while its callees are looked at: recursion)
+    fdef = None
+    if not getattr(f, "__matchbox_batched__", False) \
+            and not os.path.abspath(f.__code__.co_filename).startswith(_SKIP):
+        from ..parser import parse_function
+        try:
+            fdef = parse_function(f)[0]
+        except Exception:   # no source: it runs as written
+            pass
+    found = False
+    for n in gast.walk(fdef) if fdef is not None else ():
+        if isinstance(n, _FLOW):
+            found = True
+        elif isinstance(n, gast.Call):
+            func = n.func
+            name = func.attr if isinstance(func, gast.Attribute) else getattr(func, "id", None)
+            callee = f.__globals__.get(name) if isinstance(func, gast.Name) else None
+            found = name in _READS or type(callee) is types.FunctionType and needs_lanes(callee)
+        if found:
+            break
+    f.__dict__["__matchbox_lanes__"] = found
     return found
 
 
