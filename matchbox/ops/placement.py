@@ -378,8 +378,9 @@ class Loss(_Adapter):
     """Losses reduce each example to one value (a 0-dim result per
     example) unless ``reduction='none'``.  A class-dim loss
     (cross_entropy, nll_loss) on input with no batch-of-one dimension,
-    ``(N, C)`` per example as after ``logits.view(-1, C)``, runs as the
-    K-dim loss ``(1, C, N)``.  A target whose examples have the input's
+    ``(N, C, d...)`` per example (``(N, C)`` as after ``logits.view(-1, C)``),
+    runs as the K-dim loss ``(1, C, N, d...)``, a probability target
+    ``(N, C, d...)`` with it.  A target whose examples have the input's
     shape (or, for class indices, its shape without the class dim) takes
     the input's label."""
     always = True
@@ -395,7 +396,6 @@ class Loss(_Adapter):
             if self.options.get("classes") and p in (0, None):  # (1, C) input, (1,) target
                 u = _agree(u, p, x.dim() - 1, op)
             args, kwargs = self.replace(args, kwargs, "target", i, u)
-        moved = False
         if p == 0 and any(is_mb(a) and a._bdim is None for a in args[1:]):
             # a target (1,) made with no batch-of-one dimension: its 1 is one
             args = (x,) + tuple(_adopted(a, 0, op) for a in args[1:])
@@ -418,17 +418,18 @@ class Loss(_Adapter):
                 kwargs = {n: relabel(v, 0) if is_mb(v) else v for n, v in kwargs.items()}
                 return _label(rule(*args, **kwargs), None if red != "none" else p, args)
             if self.options.get("classes") and x.dim() >= 2:
-                x = relabel(x, 0).movedim(1, -1)
-                moved = True
+                # (N, C, d...) runs as (1, C, N, d...): its target (N, d...)
+                # lines up, and a probability target (N, C, d...) moves as it
+                t, i = self.arg(rule, args, kwargs, "target")
+                if is_mb(t) and t._bdim is None and t.dim() == x.dim():
+                    args, kwargs = self.replace(args, kwargs, "target", i,
+                                                relabel(t, 0).transpose(1, 2))
+                x = relabel(x, 0).transpose(1, 2)
             args = (relabel(x, 0) if is_mb(x) else x,) + tuple(
                 relabel(a, 0) if is_mb(a) and a._bdim is None else _to_front(a, None, op)
                 for a in args[1:])
         out = rule(*args, **kwargs)
-        if red != "none":
-            return _label(out, None, args)
-        if moved:
-            out = out.movedim(-1, 1)
-        return _label(out, p, args)
+        return _label(out, None if red != "none" else p, args)
 
 
 # ------------------------------------------------------------------ shape ops

@@ -101,8 +101,6 @@ UNCHECKED_INDICES = {
 # Known rule bugs this test found and that are not fixed yet: case id ->
 # the bug.  A listed case is expected to fail; one that passes is reported.
 XFAIL = {
-    "nn.functional.cross_entropy": "probability (soft) targets, (C,) per example, crash "
-                                   "inside the rule (ops/loss.py): RuntimeError from torch",
     "nn.functional.kl_div": "a shared target of the padded size meeting a dynamic dim is read "
                             "as each example's prefix (the x + pe[:x.maxsize(1)] idiom), so an "
                             "example of length 1 does not broadcast against it as it does alone",
