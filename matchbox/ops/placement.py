@@ -374,6 +374,19 @@ class Dims(_Adapter):
         return _label(out, p - sum(1 for s in named if s <= p), args)
 
 
+class Norm(Dims):
+    """torch.norm: ``p='nuc'`` with no ``dim`` is the matrix norm over every
+    dim of each example (torch's rule, which needs two): named here, so
+    that they map to the storage as any dims do."""
+
+    def __call__(self, func, rule, args, kwargs):
+        p, _ = self.arg(rule, args, kwargs, "p")
+        d, i = self.arg(rule, args, kwargs, "dim")
+        if isinstance(p, str) and p == "nuc" and d is None:
+            args, kwargs = self.replace(args, kwargs, "dim", i, tuple(range(args[0].dim())))
+        return super().__call__(func, rule, args, kwargs)
+
+
 class Loss(_Adapter):
     """Losses reduce each example to one value (a 0-dim result per
     example) unless ``reduction='none'``.  A class-dim loss
@@ -928,7 +941,8 @@ _declare(Dims("dim", reduce=True), torch.sum, T.sum, torch.mean, T.mean, torch.p
          torch.nansum, T.nansum, torch.amax, T.amax, torch.amin, T.amin, torch.logsumexp,
          T.logsumexp, torch.max, T.max, torch.min, T.min, torch.argmax, T.argmax, torch.argmin,
          T.argmin, torch.any, T.any, torch.all, T.all, torch.count_nonzero, T.count_nonzero,
-         torch.median, T.median, torch.linalg.vector_norm, torch.norm, T.norm)
+         torch.median, T.median, torch.linalg.vector_norm)
+_declare(Norm("dim", reduce=True), torch.norm, T.norm)
 _declare(Dims("dim", reduce=True, full=False), torch.kthvalue, T.kthvalue)
 _declare(Dims("dim", implicit=implicit_dim, size_one=True), torch.softmax, T.softmax, F.softmax,
          torch.log_softmax, T.log_softmax, F.log_softmax, F.softmin, torch.special.softmax,
