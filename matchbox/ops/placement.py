@@ -274,6 +274,17 @@ class Rowwise(_Adapter):
         return _label(rule(*args, **kwargs), p, args)
 
 
+class Lookup(Rowwise):
+    """embedding: with a MaskedBatch weight (each example's own table) the
+    rule reads where the batch-of-one dimensions sit itself; else as
+    ``Rowwise``."""
+
+    def __call__(self, func, rule, args, kwargs):
+        if is_mb(self.arg(rule, args, kwargs, "weight")[0]):
+            return rule(*args, **kwargs)
+        return super().__call__(func, rule, args, kwargs)
+
+
 class Channels(_Adapter):
     """prelu: the weight applies along dimension 1 of each example, its
     channels (one channel where it has fewer dims or where dimension 1 is
@@ -979,7 +990,8 @@ _declare(Index(), T.__getitem__)
 _declare(SetItem(), T.__setitem__)
 _declare(Loss(classes=True), F.cross_entropy, F.nll_loss)
 _declare_module(Loss(), "matchbox.ops.loss")
-_declare(Rowwise(trailing=0), F.embedding, F.one_hot, F.dropout, F.alpha_dropout,
+_declare(Lookup(trailing=0), F.embedding)
+_declare(Rowwise(trailing=0), F.one_hot, F.dropout, F.alpha_dropout,
          F.feature_alpha_dropout, torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout)
 _declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.bilinear, torch.bilinear)
 _declare(Channels(), F.prelu, torch.prelu, getattr(T, "prelu", None))

@@ -104,8 +104,6 @@ XFAIL = {
     "nn.functional.kl_div": "a shared target of the padded size meeting a dynamic dim is read "
                             "as each example's prefix (the x + pe[:x.maxsize(1)] idiom), so an "
                             "example of length 1 does not broadcast against it as it does alone",
-    "nn.functional.embedding": "F.embedding(ids, weight) with a MaskedBatch weight: "
-                               "AttributeError '_bdim' instead of a clear error",
 }
 
 
