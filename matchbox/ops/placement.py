@@ -386,15 +386,22 @@ class Dims(_Adapter):
 
 
 class Norm(Dims):
-    """torch.norm: ``p='nuc'`` with no ``dim`` is the matrix norm over every
-    dim of each example (torch's rule, which needs two): named here, so
+    """torch.norm: ``p='nuc'`` is a matrix norm over two dims of each
+    example, with no ``dim`` its every dim (torch's rule): named here, so
     that they map to the storage as any dims do."""
 
     def __call__(self, func, rule, args, kwargs):
         p, _ = self.arg(rule, args, kwargs, "p")
-        d, i = self.arg(rule, args, kwargs, "dim")
-        if isinstance(p, str) and p == "nuc" and d is None:
-            args, kwargs = self.replace(args, kwargs, "dim", i, tuple(range(args[0].dim())))
+        if isinstance(p, str) and p == "nuc":
+            d, i = self.arg(rule, args, kwargs, "dim")
+            ds = tuple(range(args[0].dim())) if d is None else d
+            if not isinstance(ds, (tuple, list)) or len(ds) != 2:
+                got = (f"dim={d!r}" if d is not None else
+                       f"no dim, and each example has shape {tuple(args[0].maxsize())}")
+                raise ValueError(f"{func_name(func)}: p='nuc' is a matrix norm over 2 dims of each "
+                                 f"example; got {got}. Name the matrix's two dims, e.g. "
+                                 f"dim=(-2, -1)")
+            args, kwargs = self.replace(args, kwargs, "dim", i, tuple(ds))
         return super().__call__(func, rule, args, kwargs)
 
 

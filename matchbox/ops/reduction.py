@@ -321,11 +321,6 @@ register(torch.argmin, T.argmin)(_arg("argmin", _INF))
 def _vector_norm(op, fn, input, p, dim, keepdim, kwargs):
     if p is None:
         p = 2
-    if isinstance(p, str) and p == "nuc" and (not isinstance(dim, (tuple, list)) or len(dim) != 2):
-        raise ValueError(
-            f"{op}: p='nuc' is a matrix norm over 2 dims of each example; got dim={dim!r} on "
-            f"examples of shape {tuple(input.maxsize())}. Name the matrix's two dims, e.g. "
-            f"dim=(-2, -1)")
     # zero padding changes no sum of |x|^p and no nonzero singular value (so
     # no nuclear norm); min-|x| style norms (p < 0) must not see it
     r = _Reduction(input, dim, keepdim, op, _INF if not isinstance(p, str) and p < 0 else 0.0)
