@@ -79,8 +79,9 @@ def linear(input, weight, bias=None):
 @register(F.embedding)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
-    """``F.embedding`` / ``nn.Embedding``: ``input`` a MaskedBatch of indices;
-    the result gains a static last dimension.  Indices at non-real entries
+    """``F.embedding`` / ``nn.Embedding``: ``input`` a MaskedBatch of indices
+    (or, with a MaskedBatch ``weight``, each example's own table, plain
+    indices too: ``_own_tables``); the result gains a last dimension.  Indices at non-real entries
     (padding, dormant lanes) may be anything: they are replaced by a valid
     index before the lookup and their rows get no gradient.  Out-of-range
     indices at real entries raise ``IndexError``."""
