@@ -292,7 +292,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 
 def _nll(input, target, weight=None, ignore_index=-100, reduction="mean"):
-    return F.nll_loss(input, target, weight, ignore_index=ignore_index, reduction=reduction)
+    # (torch's nll_loss2d backward refuses a non-contiguous input: (N, C, d)
+    # examples with no batch-of-one dimension arrive transposed)
+    return F.nll_loss(input.contiguous(), target, weight, ignore_index=ignore_index,
+                      reduction=reduction)
 
 
 @register(F.nll_loss)

@@ -15,7 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from . import _registry
-from ._registry import is_mb, keep, neutralize, new, on_real_rows, real_mask, register
+from .._lanes import batch_size_hint
+from ..core import unlabeled, with_lanes
+from ._registry import (canon_mask, is_mb, keep, neutralize, new, on_real_rows, real_mask,
+                        register)
 
 __all__ = ["linear", "embedding", "embedding_bag", "dropout", "layer_norm", "rms_norm", "glu", "prelu"]
 
@@ -76,18 +79,19 @@ def linear(input, weight, bias=None):
 @register(F.embedding)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
-    """``F.embedding`` / ``nn.Embedding``: ``input`` a MaskedBatch of indices;
-    the result gains a static last dimension.  Indices at non-real entries
+    """``F.embedding`` / ``nn.Embedding``: ``input`` a MaskedBatch of indices
+    (or, with a MaskedBatch ``weight``, each example's own table, plain
+    indices too: ``_own_tables``); the result gains a last dimension.  Indices at non-real entries
     (padding, dormant lanes) may be anything: they are replaced by a valid
     index before the lookup and their rows get no gradient.  Out-of-range
     indices at real entries raise ``IndexError``."""
-    _need_mb(input, "embedding")
-    if is_mb(weight):
-        _need_mb(None, "embedding")
     if scale_grad_by_freq:
         raise NotImplementedError(
             "embedding with scale_grad_by_freq=True on a MaskedBatch: the frequencies would be "
             "counted over the whole batch instead of per example; matchbox does not support it")
+    if is_mb(weight):
+        return _own_tables(input, weight, padding_idx, max_norm, sparse)
+    _need_mb(input, "embedding")
     idx = input.padded_data
     if idx.dtype not in (torch.long, torch.int, torch.int32, torch.int64):
         raise TypeError(f"embedding: indices must be an integer MaskedBatch, got dtype {idx.dtype}")
@@ -112,6 +116,64 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         mask = mask.unsqueeze(-1)
     return new(out, mask, tuple(input.dims) + (False,), zero=m is not None, present=input._present,
                sizes=input._sizes)
+
+
+def _own_tables(input, weight, padding_idx, max_norm, sparse):
+    """``F.embedding`` with each example's own table: ``weight`` a MaskedBatch
+    of ``(V, D)`` tables (either size may vary), ``input`` the example's
+    indices (a MaskedBatch) or indices every example looks up in its own
+    table (a plain Tensor).  One lookup in the ``(B * V, D)`` stack of the
+    tables, each example's indices offset to its table; a table's padding
+    rows are never read."""
+    if max_norm is not None or sparse:
+        raise NotImplementedError(
+            "embedding: max_norm and sparse=True need one shared table, and the weight is a "
+            "MaskedBatch (one table per example); renormalize the tables (or take dense "
+            "gradients) yourself, or give a plain Tensor weight")
+    w = unlabeled(weight)  # a (1, D) table with a batch-of-one dimension has 1 row
+    if w.dim() != 2:
+        raise ValueError(
+            f"embedding: each example's weight must be 2-D (num_embeddings, embedding_dim); "
+            f"got tables of shape {tuple(weight.maxsize())}")
+    table = w.padded_data
+    B, V, D = table.shape
+    if is_mb(input):
+        if input.padded_data.size(0) != B:
+            raise ValueError(f"embedding: batch sizes differ ({input.padded_data.size(0)} indices, "
+                             f"{B} tables)" + batch_size_hint())
+        idx, m, bdim, dims = input.padded_data, real_mask(input), input._bdim, tuple(input.dims)
+    else:
+        idx = input.unsqueeze(0).expand((B,) + input.shape)
+        m, bdim, dims = with_lanes(None, idx.dim()), None, (False,) * input.dim()
+    if idx.dtype not in (torch.long, torch.int, torch.int32, torch.int64):
+        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
+    if m is not None:
+        idx = torch.where(m, idx, torch.zeros((), dtype=idx.dtype, device=idx.device))
+    at = (B,) + (1,) * (idx.dim() - 1)
+    rows = w._lengths(1).view(at)
+    _registry.fail_if((idx < 0) | (idx >= rows), lambda first: IndexError(
+        f"embedding: index {int(idx[first])} out of range for example {first[0]}'s table of "
+        f"{int(rows.view(-1)[first[0]])} rows (position {list(first[1:])})"),
+        "embedding: an index is out of range for its example's table")
+    offset = torch.arange(B, device=idx.device).view(at) * V
+    out = F.embedding(idx + offset, table.reshape(B * V, D))
+    if padding_idx is not None:  # its rows pass no gradient; negative: from each table's end
+        pad = rows + padding_idx if padding_idx < 0 else torch.full_like(rows, padding_idx)
+        _registry.fail_if((pad < 0) | (pad >= rows), lambda first: ValueError(
+            f"embedding: padding_idx={padding_idx} is outside example {first[0]}'s table"),
+            "embedding: padding_idx is outside an example's table")
+        out = torch.where((idx == pad).unsqueeze(-1), out.detach(), out)
+    mask = input._mask if is_mb(input) else None
+    if w.dims[1]:  # each example's own embedding_dim
+        cols = torch.arange(D, device=idx.device) < w._lengths(2).view(at + (1,))
+        mask = cols if mask is None else mask.unsqueeze(-1) & cols
+    elif mask is not None:
+        mask = mask.unsqueeze(-1)
+    if m is not None:
+        out = keep(m.unsqueeze(-1), out, 0)
+    out_dims = dims + (w.dims[1],)
+    return new(out, canon_mask(mask, out.shape, out_dims), out_dims, bdim=bdim,
+               present=getattr(input, "_present", None), sizes=getattr(input, "_sizes", None))
 
 
 @register(F.embedding_bag)

@@ -274,6 +274,17 @@ class Rowwise(_Adapter):
         return _label(rule(*args, **kwargs), p, args)
 
 
+class Lookup(Rowwise):
+    """embedding: with a MaskedBatch weight (each example's own table) the
+    rule reads where the batch-of-one dimensions sit itself; else as
+    ``Rowwise``."""
+
+    def __call__(self, func, rule, args, kwargs):
+        if is_mb(self.arg(rule, args, kwargs, "weight")[0]):
+            return rule(*args, **kwargs)
+        return super().__call__(func, rule, args, kwargs)
+
+
 class Channels(_Adapter):
     """prelu: the weight applies along dimension 1 of each example, its
     channels (one channel where it has fewer dims or where dimension 1 is
@@ -374,12 +385,33 @@ class Dims(_Adapter):
         return _label(out, p - sum(1 for s in named if s <= p), args)
 
 
+class Norm(Dims):
+    """torch.norm: ``p='nuc'`` is a matrix norm over two dims of each
+    example, with no ``dim`` its every dim (torch's rule): named here, so
+    that they map to the storage as any dims do."""
+
+    def __call__(self, func, rule, args, kwargs):
+        p, _ = self.arg(rule, args, kwargs, "p")
+        if isinstance(p, str) and p == "nuc":
+            d, i = self.arg(rule, args, kwargs, "dim")
+            ds = tuple(range(args[0].dim())) if d is None else d
+            if not isinstance(ds, (tuple, list)) or len(ds) != 2:
+                got = (f"dim={d!r}" if d is not None else
+                       f"no dim, and each example has shape {tuple(args[0].maxsize())}")
+                raise ValueError(f"{func_name(func)}: p='nuc' is a matrix norm over 2 dims of each "
+                                 f"example; got {got}. Name the matrix's two dims, e.g. "
+                                 f"dim=(-2, -1)")
+            args, kwargs = self.replace(args, kwargs, "dim", i, tuple(ds))
+        return super().__call__(func, rule, args, kwargs)
+
+
 class Loss(_Adapter):
     """Losses reduce each example to one value (a 0-dim result per
     example) unless ``reduction='none'``.  A class-dim loss
     (cross_entropy, nll_loss) on input with no batch-of-one dimension,
-    ``(N, C)`` per example as after ``logits.view(-1, C)``, runs as the
-    K-dim loss ``(1, C, N)``.  A target whose examples have the input's
+    ``(N, C, d...)`` per example (``(N, C)`` as after ``logits.view(-1, C)``),
+    runs as the K-dim loss ``(1, C, N, d...)``, a probability target
+    ``(N, C, d...)`` with it.  A target whose examples have the input's
     shape (or, for class indices, its shape without the class dim) takes
     the input's label."""
     always = True
@@ -395,7 +427,6 @@ class Loss(_Adapter):
             if self.options.get("classes") and p in (0, None):  # (1, C) input, (1,) target
                 u = _agree(u, p, x.dim() - 1, op)
             args, kwargs = self.replace(args, kwargs, "target", i, u)
-        moved = False
         if p == 0 and any(is_mb(a) and a._bdim is None for a in args[1:]):
             # a target (1,) made with no batch-of-one dimension: its 1 is one
             args = (x,) + tuple(_adopted(a, 0, op) for a in args[1:])
@@ -418,17 +449,18 @@ class Loss(_Adapter):
                 kwargs = {n: relabel(v, 0) if is_mb(v) else v for n, v in kwargs.items()}
                 return _label(rule(*args, **kwargs), None if red != "none" else p, args)
             if self.options.get("classes") and x.dim() >= 2:
-                x = relabel(x, 0).movedim(1, -1)
-                moved = True
+                # (N, C, d...) runs as (1, C, N, d...): its target (N, d...)
+                # lines up, and a probability target (N, C, d...) moves as it
+                t, i = self.arg(rule, args, kwargs, "target")
+                if is_mb(t) and t._bdim is None and t.dim() == x.dim():
+                    args, kwargs = self.replace(args, kwargs, "target", i,
+                                                relabel(t, 0).transpose(1, 2))
+                x = relabel(x, 0).transpose(1, 2)
             args = (relabel(x, 0) if is_mb(x) else x,) + tuple(
                 relabel(a, 0) if is_mb(a) and a._bdim is None else _to_front(a, None, op)
                 for a in args[1:])
         out = rule(*args, **kwargs)
-        if red != "none":
-            return _label(out, None, args)
-        if moved:
-            out = out.movedim(-1, 1)
-        return _label(out, p, args)
+        return _label(out, None if red != "none" else p, args)
 
 
 # ------------------------------------------------------------------ shape ops
@@ -927,7 +959,8 @@ _declare(Dims("dim", reduce=True), torch.sum, T.sum, torch.mean, T.mean, torch.p
          torch.nansum, T.nansum, torch.amax, T.amax, torch.amin, T.amin, torch.logsumexp,
          T.logsumexp, torch.max, T.max, torch.min, T.min, torch.argmax, T.argmax, torch.argmin,
          T.argmin, torch.any, T.any, torch.all, T.all, torch.count_nonzero, T.count_nonzero,
-         torch.median, T.median, torch.linalg.vector_norm, torch.norm, T.norm)
+         torch.median, T.median, torch.linalg.vector_norm)
+_declare(Norm("dim", reduce=True), torch.norm, T.norm)
 _declare(Dims("dim", reduce=True, full=False), torch.kthvalue, T.kthvalue)
 _declare(Dims("dim", implicit=implicit_dim, size_one=True), torch.softmax, T.softmax, F.softmax,
          torch.log_softmax, T.log_softmax, F.log_softmax, F.softmin, torch.special.softmax,
@@ -964,7 +997,8 @@ _declare(Index(), T.__getitem__)
 _declare(SetItem(), T.__setitem__)
 _declare(Loss(classes=True), F.cross_entropy, F.nll_loss)
 _declare_module(Loss(), "matchbox.ops.loss")
-_declare(Rowwise(trailing=0), F.embedding, F.one_hot, F.dropout, F.alpha_dropout,
+_declare(Lookup(trailing=0), F.embedding)
+_declare(Rowwise(trailing=0), F.one_hot, F.dropout, F.alpha_dropout,
          F.feature_alpha_dropout, torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout)
 _declare(Rowwise(trailing=1), F.linear, F.layer_norm, F.rms_norm, F.bilinear, torch.bilinear)
 _declare(Channels(), F.prelu, torch.prelu, getattr(T, "prelu", None))

@@ -321,19 +321,18 @@ register(torch.argmin, T.argmin)(_arg("argmin", _INF))
 def _vector_norm(op, fn, input, p, dim, keepdim, kwargs):
     if p is None:
         p = 2
-    if isinstance(p, str) and p != "fro":  # matrix norms: only over static dims
-        r = _Reduction(input, dim, keepdim, op)
-        if r.masked:
-            raise NotImplementedError(
-                f"{op}: p={p!r} over a dynamic dimension has no matchbox rule; use a vector norm")
-    else:  # min-|x| style norms (p < 0) must not see the padding
-        r = _Reduction(input, dim, keepdim, op, _INF if not isinstance(p, str) and p < 0 else 0.0)
+    # zero padding changes no sum of |x|^p and no nonzero singular value (so
+    # no nuclear norm); min-|x| style norms (p < 0) must not see it
+    r = _Reduction(input, dim, keepdim, op, _INF if not isinstance(p, str) and p < 0 else 0.0)
     return r.wrap(fn(r.padded_data, p, r.dim, r.keepdim, **kwargs))
 
 
 @register(torch.norm, T.norm)
 def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
-    """``torch.norm`` over real entries (vector norms and 'fro')."""
+    """``torch.norm`` over real entries: vector norms, 'fro', and 'nuc' over
+    two dims of each example (with no ``dim``: its two dims, see
+    ops/placement.py).  Where an example is rank-deficient the nuclear norm
+    has no gradient, only subgradients, and the batch may pick another."""
     _no_out("norm", out)
     kwargs = {} if dtype is None else {"dtype": dtype}
     return _vector_norm("norm", torch.norm, input, p, dim, keepdim, kwargs)

@@ -101,15 +101,9 @@ UNCHECKED_INDICES = {
 # Known rule bugs this test found and that are not fixed yet: case id ->
 # the bug.  A listed case is expected to fail; one that passes is reported.
 XFAIL = {
-    "nn.functional.cross_entropy": "probability (soft) targets, (C,) per example, crash "
-                                   "inside the rule (ops/loss.py): RuntimeError from torch",
     "nn.functional.kl_div": "a shared target of the padded size meeting a dynamic dim is read "
                             "as each example's prefix (the x + pe[:x.maxsize(1)] idiom), so an "
                             "example of length 1 does not broadcast against it as it does alone",
-    "norm.nuc": "nuclear norm with dim=None on examples with no batch-of-one dim crashes "
-                "(ops/reduction.py)",
-    "nn.functional.embedding": "F.embedding(ids, weight) with a MaskedBatch weight: "
-                               "AttributeError '_bdim' instead of a clear error",
 }
 
 

@@ -459,17 +459,3 @@ def test_combining_helpers_on_one_plain_example():
     with pytest.raises(TypeError, match="MaskedBatch or Tensor"):
         example_mean([1.0])
 
-
-# ------------------------------------------------------------------ a target labelled otherwise
-@pytest.mark.parametrize("lengths", list(LENGTHS))
-@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
-def test_class_target_with_no_batch_of_one_dim(loss, lengths):
-    """A (1, C) input and a (1,) target read as tags[0] of a (1, 1) tag: per
-    example torch takes it (issue 27 item 11); before, the batch refused
-    the target's rank."""
-    g = _gen(3)
-    xs = [torch.randn(1, C, dtype=DT, generator=g) for _ in LENGTHS[lengths]]
-    tags = MaskedBatch.fromlist([torch.randint(0, C, (1, 1), generator=g) for _ in xs])
-    fn = getattr(F, loss)
-    mb_test(lambda x, t: fn(x.log_softmax(1) if loss == "nll_loss" else x, t[0]),
-            MaskedBatch.fromlist(xs), tags, dtype=DT)

@@ -224,6 +224,49 @@ def test_embedding_errors():
         F.embedding(idx.double(), torch.randn(10, 3))
 
 
+# (rows, embedding_dim) dynamic per example; V_b = n + 1 >= 2 rows, D_b = n
+TABLES = {"rows": (True, False), "cols": (False, True), "both": (True, True),
+          "static": (False, False)}
+
+
+def _own_ids(kind, ws, lengths, g):
+    """Indices into each example's table ``ws[b]``, ``lengths[b]`` of them."""
+    if kind == "shared":  # the same indices in every example's own table
+        return torch.tensor([[0, 1, 1, 0]])
+    shape = {"batch": lambda n: (1, n), "unbatched": lambda n: (n,), "scalar": lambda n: ()}[kind]
+    ids = [torch.randint(0, w.size(0), shape(n), generator=g) for w, n in zip(ws, lengths)]
+    bdim, dims = (0, (True,)) if kind == "batch" else (None, (True,) * len(shape(1)))
+    return MaskedBatch.fromlist(ids, dims, bdim)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("ids", ["shared", "batch", "unbatched", "scalar"])
+@pytest.mark.parametrize("padding_idx", [None, 1, -1])
+def test_embedding_each_examples_own_table(lengths, table, ids, padding_idx):
+    """``F.embedding(ids, weight)`` with a MaskedBatch weight: each example
+    looks up its indices (its own, or shared plain ones) in its own
+    ``(V, D)`` table, either size varying; a negative padding_idx counts from
+    each table's end.  Before: AttributeError '_bdim' (issue 30)."""
+    g = torch.Generator().manual_seed(5)
+    rows, cols = TABLES[table]
+    ls = LENGTH_LISTS[lengths]
+    ws = [torch.randn(n + 1 if rows else 4, n if cols else 3, dtype=torch.float64, generator=g)
+          for n in ls]
+    mb_test(lambda i, w: F.embedding(i, w, padding_idx=padding_idx), _own_ids(ids, ws, ls, g),
+            MaskedBatch.fromlist(ws, TABLES[table], None), dtype=torch.float64)
+
+
+def test_embedding_own_table_errors():
+    ws = MaskedBatch.fromlist([torch.randn(5, 2), torch.randn(3, 2)], (True, False), None)
+    with pytest.raises(IndexError, match="index 3 out of range for example 1's table of 3 rows"):
+        F.embedding(torch.tensor([0, 3]), ws)
+    with pytest.raises(ValueError, match="padding_idx=4 is outside example 1's table"):
+        F.embedding(torch.tensor([0, 1]), ws, padding_idx=4)
+    with pytest.raises(NotImplementedError, match="max_norm and sparse=True need one shared table"):
+        F.embedding(torch.tensor([0, 1]), ws, max_norm=1.0)
+
+
 # ------------------------------------------------------------------ dropout
 @pytest.mark.parametrize("lengths", LENGTHS)
 @pytest.mark.parametrize("spec", FEATURE_SPECS)

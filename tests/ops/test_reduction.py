@@ -204,9 +204,40 @@ def test_unsupported_arguments_raise():
     x = MaskedBatch.fromlist([torch.randn(1, 2, 2), torch.randn(1, 4, 2)], (True, False))
     with pytest.raises(NotImplementedError, match="out="):
         torch.sum(x, 1, out=torch.empty(2))
-    with pytest.raises(NotImplementedError, match="nuc"):
-        torch.norm(x, "nuc", dim=(1, 2))
     with pytest.raises(TypeError, match="dim"):
         torch.logsumexp(x)
     mb_test(lambda x: torch.norm(x, "nuc", dim=(1, 2), keepdim=True),
             MaskedBatch.fromlist([torch.randn(1, 3, 2, dtype=torch.float64)] * 2, (False, False)))
+
+
+NUC_SHAPES = {"rows": ((True, 4), (False, 3)), "cols": ((False, 3), (True, 5)),
+              "both": ((True, 4), (True, 5)), "static": ((False, 3), (False, 4))}
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+@pytest.mark.parametrize("shape", NUC_SHAPES)
+@pytest.mark.parametrize("f", [lambda x: torch.norm(x, "nuc"), lambda x: x.norm(p="nuc"),
+                               lambda x: torch.norm(x, "nuc", dim=(0, 1), keepdim=True)])
+def test_nuclear_norm_of_each_examples_matrix(f, shape, lengths):
+    """``torch.norm(x, 'nuc')`` of (m, n) examples (no batch-of-one dim, as
+    for vmap): each example's own matrix, its dynamic rows or columns
+    zero-padded, which changes no nonzero singular value, nor the gradient
+    on the real entries of a full-rank example; before, dim=None crashed
+    inside torch (issue 30) and dynamic dims were refused."""
+    mb_test(f, (3,) + NUC_SHAPES[shape], lengths=lengths, dtype=torch.float64, batch_dim=None)
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+def test_nuclear_norm_over_named_dynamic_dims(lengths):
+    mb_test(lambda x: torch.norm(x, "nuc", dim=(1, 2)), (3, (True, 4), (False, 3)),
+            lengths=lengths, dtype=torch.float64)
+
+
+def test_nuclear_norm_of_more_than_a_matrix_is_refused():
+    """(1, m, n) examples: torch's 'nuc' with no dim needs a 2-D example;
+    the batch says so in matchbox's words, naming the dims to give."""
+    x = MaskedBatch.fromlist([torch.randn(1, 2, 3), torch.randn(1, 4, 3)], (True, False))
+    with pytest.raises(RuntimeError):
+        torch.norm(x.examples()[0], "nuc")
+    with pytest.raises(ValueError, match=r"'nuc' is a matrix norm over 2 dims.*dim=\(-2, -1\)"):
+        torch.norm(x, "nuc")
