@@ -170,6 +170,12 @@ def _append(lst, value):
     active_counts = counts[lanes]
     if active_counts.numel() == 0:
         return None
+    if isinstance(value, tuple):
+        raise NotImplementedError(
+            f"lst.append(({', '.join(type(v).__name__ for v in value)})): a tuple appended to a "
+            f"list whose examples hold different numbers of items (the examples appended under "
+            f"different conditions) is not supported yet; keep each part in a list of its own "
+            f"(scores.append(s); hyps.append(h))")
     lo, hi = int(active_counts.min()), int(active_counts.max())
     for k in range(lo, hi + 1):
         sel = lanes & (counts == k)
