@@ -300,14 +300,17 @@ class ProgramGenerator:
     # a helper object ``tally`` whose method changes it, and builtins, math,
     # str, f-strings and ``in`` on per-example numbers, in loops and branches
     PY_PRELUDE = ["    tag = 'w'", "    counts = {}", "    tally = Tally()"]
-    PY_RESULT = "            + len(tag) * 0.25 + len(counts) * 0.5 + tally.n * 0.125 + tally.total"
+    PY_RESULT = ("            + len(tag) * 0.25 + len(counts) * 0.5 + tally.n * 0.125 + tally.total\n"
+                 "            + w.hits * 0.5 + len(w.ids) * 0.25")
 
     def python_value(self, indent):
         """A statement on per-example Python values (all exact: ints,
         strings, dicts, sums of floats the tensors hold)."""
         pad = "    " * indent
         f = self.rng.choice(FLOATS)
-        kind = self.rng.randrange(10)
+        kind = self.rng.randrange(15)
+        if kind >= 10:
+            return self.object_value(pad, f, kind - 10)
         if kind == 0:
             return [f"{pad}tag = tag + str(k % 3)"]
         if kind == 1:
@@ -328,8 +331,23 @@ class ProgramGenerator:
             return [f"{pad}for ch in tag[-2:]:", f"{pad}    {f} = {f} + (0.25 if ch == '1' else 0.125)"]
         return [f"{pad}{f} = {f} + math.floor(math.sqrt(k)) * 0.5 + round(k / 2) * 0.25"]
 
+    def object_value(self, pad, f, kind):
+        """A statement on ``w``, each example's own ``Tok`` object (a word
+        string ``w.text``, a list of ints ``w.ids``, a counter ``w.hits``),
+        passed as ``matchbox.objects``."""
+        if kind == 0:
+            return [f"{pad}if w.text.startswith('a') or len(w.ids) > 2:", f"{pad}    {f} = {f} + 0.5"]
+        if kind == 1:
+            return [f"{pad}for i2 in w.ids:", f"{pad}    {f} = {f} + i2 * 0.125"]
+        if kind == 2:
+            return [f"{pad}w.hits += 1", f"{pad}counts[w.text] = counts.get(w.text, 0) + k % 2"]
+        if kind == 3:
+            return [f"{pad}tag = tag + w.text[:1]",
+                    f"{pad}{f} = {f} + w.text.count('b') * 0.25"]
+        return [f"{pad}k = k + len(w.text) % 3 + (1 if w.first() in 'ab' else 0)"]
+
     def generate(self, name="prog"):
-        lines = [f"def {name}(x, y, n, s):", "    a = x * 1.0", "    b = y + 0.5", "    c = x - y",
+        lines = [f"def {name}(x, y, n, s, w):", "    a = x * 1.0", "    b = y + 0.5", "    c = x - y",
                  "    k = 0", "    r = x * 1.0", "    v = x * 0.0", "    d = {'k': y * 1.0}",
                  "    acc = [x * 1.0, y * 1.0]", "    lst = [x * 1.0]", "    L = 0",
                  "    st = s.unbind(1)", "    pt = Pair(x * 1.0, y * 1.0)",
@@ -345,6 +363,27 @@ class ProgramGenerator:
                   "            + F.stack(lst, 1).sum(1) + L + pt.h * pt.c",
                   self.PY_RESULT + ")"]
         return "\n".join(lines) + "\n"
+
+
+class Tok:
+    """A word the programs get as an object per example (``matchbox.objects``)."""
+
+    def __init__(self, text, ids):
+        self.text, self.ids, self.hits = text, list(ids), 0
+
+    def first(self):
+        return self.text[:1]
+
+
+def random_toks(B, g):
+    """``B`` words of 1-4 letters from 'abc' and their ids (0-3 of them)."""
+    toks = []
+    for _ in range(B):
+        n = int(torch.randint(1, 5, (), generator=g))
+        text = "".join("abc"[int(i)] for i in torch.randint(0, 3, (n,), generator=g))
+        ids = torch.randint(0, 4, (int(torch.randint(0, 4, (), generator=g)),), generator=g)
+        toks.append(Tok(text, ids.tolist()))
+    return toks
 
 
 class Tally:
@@ -369,7 +408,8 @@ def compile_program(source, name="prog", flag=True, compact=None):
     _COUNTER[0] += 1
     filename = f"<matchbox-fuzz-{_COUNTER[0]}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    ns = {"torch": torch, "F": F, "FLAG": flag, "Pair": Pair, "math": math, "Tally": Tally}
+    ns = {"torch": torch, "F": F, "FLAG": flag, "Pair": Pair, "math": math, "Tally": Tally,
+          "Tok": Tok}
     exec(compile(source, filename, "exec"), ns)
     plain = ns[name]
     return plain, matchbox.batch(plain, max_iterations=100, compact=compact)
@@ -396,13 +436,14 @@ def check_program(source, seed, B=5, lengths_seed=None, compact=None):
     g = torch.Generator().manual_seed(seed)
     ns = [torch.randint(0, 4, (1,), generator=g) for _ in range(B)]
     n = MaskedBatch.fromlist(ns, ())
+    words = matchbox.objects(random_toks(B, g))
     batched = []   # mb_test runs (and backpropagates) every example before the batch
 
     def f(*args):   # each example through the undecorated function: the contract
         batched.append(isinstance(args[0], MaskedBatch))
         return fn(*args) if batched[-1] else plain(*args)
     try:
-        mb_test(f, (B, (False, 1)), (B, (False, 1)), n, (B, (True, 4), (False, 1)),
+        mb_test(f, (B, (False, 1)), (B, (False, 1)), n, (B, (True, 4), (False, 1)), words,
                 dtype=torch.float64, seed=seed)
     except RuntimeError as e:
         if "inplace operation" in str(e) or "in-place operation" in str(e):
