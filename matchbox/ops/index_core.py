@@ -64,10 +64,7 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     B = x._data.size(0)
     im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, index.size(1))
     index, zero, whole = _checked(x, p, index, op, im, negative)
-    data = gather_line(uncut(x), p, index)
-    if zero is not None:
-        data = data.masked_fill(zero.expand_as(index).reshape(
-            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (data.dim() - p - 1)), 0)
+    data = gather_line(uncut(x), p, index, zero)
     data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
     mask = _taken_mask(x, p, whole)
@@ -88,9 +85,7 @@ def _take_one(x, i, op):
     gives it with its Python overhead cut: ``(B, 1, ...)``."""
     B = i.size(0)
     index, zero, whole = _checked(x, 1, i.view(B, 1), op)
-    data = gather_line(uncut(x), 1, index)
-    if zero is not None:
-        data = data.masked_fill(zero.view((B, 1) + (1,) * (data.dim() - 2)), 0)
+    data = gather_line(uncut(x), 1, index, zero)
     return new(data, _taken_mask(x, 1, whole), (False,) + x.dims[1:])
 
 
