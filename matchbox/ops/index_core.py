@@ -80,13 +80,19 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
 _INTS = (torch.long, torch.int, torch.int16, torch.int8)
 
 
-def _take_one(x, i, op):
-    """``x[:, i]`` with one int per example (``i``: ``(B,)``), as ``take``
-    gives it with its Python overhead cut: ``(B, 1, ...)``."""
+def _take_one(x, i, op, real=None):
+    """``x[:, i]`` with one int per example (``i``: ``(B,)``; ``real``: the
+    bool ``(B,)`` of the examples that hold an index, or None: all), as
+    ``take`` gives it with its Python overhead cut: ``(B, 1, ...)``."""
     B = i.size(0)
-    index, zero, whole = _checked(x, 1, i.view(B, 1), op)
+    im = None if real is None else real.view(B, 1)
+    index, zero, whole = _checked(x, 1, i.view(B, 1), op, im)
     data = gather_line(uncut(x), 1, index, zero)
-    return new(data, _taken_mask(x, 1, whole), (False,) + x.dims[1:])
+    mask, dims = _taken_mask(x, 1, whole), (False,) + x.dims[1:]
+    if im is not None:
+        im = im.view((B, 1) + (1,) * (data.dim() - 2))
+        mask = canon_mask(im if mask is None else mask & im, data.shape, dims)
+    return new(data, mask, dims)
 
 
 def _taken_mask(x, p, whole):
