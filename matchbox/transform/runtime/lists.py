@@ -279,6 +279,24 @@ def _gathered(items, pos):
     return _new(data, mask, a.dims, bdim=a._bdim)
 
 
+
+def held_by(lst, lo, n, left):
+    """Items ``lo..n-1`` of ``lst`` after a ``pop()``, in place: held by
+    the lanes with ``k < left``.  For items of one value per example (the
+    positions a parser's stack holds): one comparison over the stacked
+    items, where going item by item costs a masking each.  False (nothing
+    done) for other items."""
+    items = lst[lo:n]
+    if not items or not _alike(items) or items[0].dims \
+            or any(v._cut is not None or v.requires_grad for v in items):
+        return False
+    lanes = (torch.arange(lo, n, device=left.device)[:, None] < left).contiguous()  # (item, lane)
+    masks = lanes if items[0]._mask is None else torch.stack([v._mask for v in items]) & lanes
+    for k, v in enumerate(items):
+        lst[lo + k] = _tag(_new(v._data, masks[k], (), bdim=v._bdim), lanes[k])
+    return True
+
+
 _NOT_COPIED = {"_listed", "_kept", "_update_of", "__weakref__"}
 
 
