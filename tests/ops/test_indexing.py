@@ -223,6 +223,13 @@ def test_dormant_lane_gets_zero_gradient():
     y.padded_data.sum().backward()
     assert data.grad[0].abs().sum() == 0
     assert data.grad[1, 2].tolist() == [1.0, 1.0]
+    assert y.padded_data[0].abs().sum() == 0
+    flat = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)  # one entry per position
+    with lanes(torch.tensor([False, True])):
+        z = MaskedBatch.from_padded(flat, torch.tensor([1, 3]))[:, idx]
+    (z.padded_data * 2).sum().backward()
+    assert z.padded_data[0].tolist() == [0.0] and z.padded_data[1].tolist() == [flat[1, 2].item()]
+    assert flat.grad.tolist() == [[0.0] * 3, [0.0, 0.0, 2.0]]
 
 
 
