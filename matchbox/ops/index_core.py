@@ -120,7 +120,7 @@ def _checked(x, p, index, op, im=None, negative=True):
     fail_outside(index, lo, hi, lambda k: IndexError(
         f"{op}: index {int(index[k])} is out of range for dimension {p} of example {k[0]}, "
         f"which has size {int(x._lengths(p)[k[0]])}"),
-        f"{op}: an index is out of range for dimension {p}", with_lanes(im, 2))
+        f"{op}: an index is out of range for dimension {p}", lambda: with_lanes(im, 2))
     zero = absent
     lanes = _lanes.active_lanes()
     if lanes is not None:
