@@ -102,7 +102,8 @@ def gather_line(t, d, index, zero=None):
     B, K = index.shape
     rows = d == 1 and t.dim() > 2 and t.is_contiguous()
     zeros = None
-    if zero is not None and (rows or t.dim() == 2) and t.is_cpu and not torch.compiler.is_compiling():
+    if zero is not None and (rows or t.dim() == 2) and t.is_cpu \
+            and not torch.compiler.is_compiling():
         zeros, zero = derived(zero, ("true rows", B, K), true_rows, (B, K)), None
         zeros = zeros if zeros.numel() else None
     if rows:
@@ -118,7 +119,8 @@ def gather_line(t, d, index, zero=None):
             out.view(-1).index_fill_(0, zeros, 0)
     if zero is None:
         return out
-    return out.masked_fill(zero.expand(B, K).reshape([B] + [1] * (d - 1) + [K] + [1] * (t.dim() - d - 1)), 0)
+    return out.masked_fill(
+        zero.expand(B, K).reshape([B] + [1] * (d - 1) + [K] + [1] * (t.dim() - d - 1)), 0)
 
 
 def _row_starts(t, B):

@@ -279,8 +279,7 @@ def _gathered(items, pos):
     return _new(data, mask, a.dims, bdim=a._bdim)
 
 
-
-def held_by(lst, lo, n, left):
+def held_after_pop(lst, lo, n, left):
     """Items ``lo..n-1`` of ``lst`` after a ``pop()``, in place: held by
     the lanes with ``k < left``.  For items of one value per example (the
     positions a parser's stack holds): one comparison over the stacked
