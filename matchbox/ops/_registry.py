@@ -198,13 +198,16 @@ def fail_if(bad, error, summary):
 
 def fail_outside(index, lo, hi, error, summary, check=None):
     """``fail_if`` for an integer ``index`` with an entry outside ``[lo,
-    hi]`` (numbers or Tensors that broadcast) where ``check`` (bool, or None:
-    everywhere) holds.  On CPU, eagerly, a clamp and one ``torch.equal``
-    (the entry is looked up only when it fails)."""
+    hi]`` (numbers or Tensors that broadcast) where ``check`` (bool, None:
+    everywhere, or a function giving one when needed) holds.  On CPU,
+    eagerly, a clamp and one ``torch.equal`` (the entry is looked up only
+    when it fails)."""
     inside = index.clamp(lo, hi)
     eager = index.is_cpu and not torch.compiler.is_compiling()
     if eager and torch.equal(inside, index):  # (then where check holds, too)
         return
+    if callable(check):
+        check = check()
     if check is not None:
         inside = torch.where(check, inside, index)
     if not (eager and torch.equal(inside, index)):

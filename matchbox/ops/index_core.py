@@ -64,10 +64,7 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
     B = x._data.size(0)
     im = None if idx_mask is None else idx_mask.expand((B,) + tuple(shape)).reshape(B, index.size(1))
     index, zero, whole = _checked(x, p, index, op, im, negative)
-    data = gather_line(uncut(x), p, index)
-    if zero is not None:
-        data = data.masked_fill(zero.expand_as(index).reshape(
-            [B] + [1] * (p - 1) + [index.size(1)] + [1] * (data.dim() - p - 1)), 0)
+    data = gather_line(uncut(x), p, index, zero)
     data = data.reshape(data.shape[:p] + tuple(shape) + data.shape[p + 1:])
     dims = x.dims[:p - 1] + tuple(idx_dims or (False,) * len(shape)) + x.dims[p:]
     mask = _taken_mask(x, p, whole)
@@ -83,15 +80,19 @@ def take(x, p, index, shape, op, idx_mask=None, idx_dims=None, negative=True):
 _INTS = (torch.long, torch.int, torch.int16, torch.int8)
 
 
-def _take_one(x, i, op):
-    """``x[:, i]`` with one int per example (``i``: ``(B,)``), as ``take``
-    gives it with its Python overhead cut: ``(B, 1, ...)``."""
+def _take_one(x, i, op, real=None):
+    """``x[:, i]`` with one int per example (``i``: ``(B,)``; ``real``: the
+    bool ``(B,)`` of the examples that hold an index, or None: all), as
+    ``take`` gives it with its Python overhead cut: ``(B, 1, ...)``."""
     B = i.size(0)
-    index, zero, whole = _checked(x, 1, i.view(B, 1), op)
-    data = gather_line(uncut(x), 1, index)
-    if zero is not None:
-        data = data.masked_fill(zero.view((B, 1) + (1,) * (data.dim() - 2)), 0)
-    return new(data, _taken_mask(x, 1, whole), (False,) + x.dims[1:])
+    im = None if real is None else real.view(B, 1)
+    index, zero, whole = _checked(x, 1, i.view(B, 1), op, im)
+    data = gather_line(uncut(x), 1, index, zero)
+    mask, dims = _taken_mask(x, 1, whole), (False,) + x.dims[1:]
+    if im is not None:
+        im = im.view((B, 1) + (1,) * (data.dim() - 2))
+        mask = canon_mask(im if mask is None else mask & im, data.shape, dims)
+    return new(data, mask, dims)
 
 
 def _taken_mask(x, p, whole):
@@ -119,7 +120,7 @@ def _checked(x, p, index, op, im=None, negative=True):
     fail_outside(index, lo, hi, lambda k: IndexError(
         f"{op}: index {int(index[k])} is out of range for dimension {p} of example {k[0]}, "
         f"which has size {int(x._lengths(p)[k[0]])}"),
-        f"{op}: an index is out of range for dimension {p}", with_lanes(im, 2))
+        f"{op}: an index is out of range for dimension {p}", lambda: with_lanes(im, 2))
     zero = absent
     lanes = _lanes.active_lanes()
     if lanes is not None:

@@ -80,9 +80,11 @@ def getitem(x, index):
         i = index[1]  # the common x[:, i]: an int, or one int per example
         if type(i) is int:
             return _int_index(x, 1, i, op)
-        if type(i) is MaskedBatch and not i.dims and i._mask is None and i._bdim == 0 \
-                and i._present is None and i.dtype in _INTS:
-            return _take_one(x, i._data.long(), op)
+        if type(i) is MaskedBatch and not i.dims and i._present is None and i.dtype in _INTS \
+                and (i._mask is None or i._mask.dim() == 1):
+            j = i._data if i._data.dtype == torch.long else i._data.long()
+            y = _take_one(x, j, op, i._mask)
+            return y if i._bdim == 0 else squeezed(y, 1)  # (an int per example drops the dim)
     items = _items(index, x._data.dim())
     p = 0
     for it in items:

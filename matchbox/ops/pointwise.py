@@ -101,6 +101,25 @@ def _finite_padding(args, safe=()):
                  for i, a in enumerate(args))
 
 
+def _beside_static(a, b):
+    """For MaskedBatches ``a`` and ``b`` with as many dims, one of them all
+    real and static (no mask, size 1 wherever the other is dynamic: a
+    per-example number ``bp[:, None]`` beside a sentence ``position``),
+    the other one: it gives the result its mask and dims, as ``align``
+    would, without lining anything up.  None otherwise."""
+    if type(a) is not MaskedBatch or type(b) is not MaskedBatch:
+        return None
+    da, db = a._data, b._data
+    if da.dim() != db.dim() or da.size(0) != db.size(0) or da.device != db.device:
+        return None
+    for held, other in ((a, b), (b, a)):
+        if other._mask is None and not any(other.dims):
+            d = other._data
+            if all(not dyn or d.size(i) == 1 for i, dyn in enumerate(held.dims, 1)):
+                return held
+    return None
+
+
 def _nary(f, zero=None, safe=()):
     """A rule for a broadcasting op over several operands; ``zero(args)``
     says whether zero padding survives; the operands in ``safe`` already
@@ -115,6 +134,10 @@ def _nary(f, zero=None, safe=()):
                 # (zero padding matters only where there is padding)
                 return new(f(a.padded_data, db), a._mask, a.dims,
                            a._mask is not None and zero is not None and zero(args))
+            held = _beside_static(a, b)
+            if held is not None:
+                return new(f(a.padded_data, b.padded_data), held._mask, held.dims,
+                           zero is not None and zero(args))
         args = _finite_padding(args, safe)
         datas, mask, dims = align(args, getattr(f, "__name__", "op"))
         return new(f(*datas, **kwargs), mask, dims, zero is not None and zero(args))

@@ -224,6 +224,13 @@ def test_dormant_lane_gets_zero_gradient():
     y.padded_data.sum().backward()
     assert data.grad[0].abs().sum() == 0
     assert data.grad[1, 2].tolist() == [1.0, 1.0]
+    assert y.padded_data[0].abs().sum() == 0
+    flat = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)  # one entry per position
+    with lanes(torch.tensor([False, True])):
+        z = MaskedBatch.from_padded(flat, torch.tensor([1, 3]))[:, idx]
+    (z.padded_data * 2).sum().backward()
+    assert z.padded_data[0].tolist() == [0.0] and z.padded_data[1].tolist() == [flat[1, 2].item()]
+    assert flat.grad.tolist() == [[0.0] * 3, [0.0, 0.0, 2.0]]
 
 
 
@@ -280,9 +287,10 @@ def test_index_leaves_the_read_cut_pending():
 
 
 def test_one_index_per_example_and_what_takes_the_general_path():
-    """x[:, i] with one int per example (data (B,)) takes a short path; an
-    index whose examples may hold no value, or of another dtype, the
-    general one (the results are the per-example ones either way)."""
+    """x[:, i] with one int per example (data (B,)), also one that some
+    examples do not hold (a lane mask) or a 0-dim int per example (an item
+    of a per-example list), takes a short path; an index of another dtype,
+    the general one (the results are the per-example ones either way)."""
     x = MaskedBatch.fromlist([torch.randn(1, n, 2) for n in (2, 4, 3)], (True, False))
     for dtype in (torch.long, torch.int32):
         i = MaskedBatch(torch.tensor([1, -4, 0], dtype=dtype), None, ())
@@ -292,6 +300,13 @@ def test_one_index_per_example_and_what_takes_the_general_path():
     some = MaskedBatch(torch.tensor([1, 99, 0]), torch.tensor([True, False, True]), ())
     y = x[:, some]  # example 1 has no index: no value, no check
     assert y.mask.reshape(-1).tolist() == [True, False, True]
+    scalar = MaskedBatch._new(torch.tensor([1, 99, -1]), torch.tensor([True, False, True]), (),
+                              bdim=None)
+    y = x[:, scalar]  # an int per example drops the dim, as x[:, 1] does
+    assert y.dims == (False,) and y.mask.reshape(-1).tolist() == [True, False, True]
+    assert torch.equal(y.padded_data[1], torch.zeros(2))
+    for k, e, xe in zip((0, 2), (y.padded_data[0], y.padded_data[2]), (x.examples()[0], x.examples()[2])):
+        assert torch.equal(e, xe[0, (1, -1)[k // 2]])
     with pytest.raises(IndexError, match="integers"):
         x[:, MaskedBatch(torch.tensor([1.0, 0.0, 0.0]), None, ())]
     assert x.squeeze(2) is not x  # nothing to squeeze: a new batch all the same

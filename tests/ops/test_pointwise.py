@@ -63,6 +63,29 @@ def test_binary_two_batches(name, spec, lengths):
     mb_test(BINARY[name], SPECS[spec], SPECS[spec], lengths=lengths, dtype=torch.float64)
 
 
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("other", [(False, 1), (False, 3)])
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_beside_per_example_static(name, other, lengths):
+    """A batch with a dynamic dim beside a per-example value of size 1
+    there (a parser's ``position >= bp[:, None]``), in both orders."""
+    small = (4, (False, 1), other)
+    mb_test(BINARY[name], SPECS["dynamic"], small, lengths=lengths, dtype=torch.float64)
+    mb_test(lambda x, y: BINARY[name](y, x), SPECS["dynamic"], small, lengths=lengths,
+            dtype=torch.float64)
+
+
+def test_static_size_meets_dynamic_dim():
+    """A per-example static size beside a dynamic dim must match every
+    example's size there: it raises where one differs."""
+    x = MaskedBatch.fromlist([torch.randn(1, n, 3) for n in (2, 5)], (True, False))
+    full = MaskedBatch.fromlist([torch.randn(1, 5, 3) for _ in range(2)], (False, False))
+    with pytest.raises(ValueError, match="static size 5"):
+        x + full
+    with pytest.raises(ValueError, match="static size 5"):
+        full * x
+
+
 @pytest.mark.parametrize("name", BINARY)
 @pytest.mark.parametrize("other", [(3,), (1, 3), (1, 1, 3), (1, 1, 1)])
 def test_binary_against_plain_tensor(name, other):

@@ -56,6 +56,25 @@ def queue(x):                                         # x: (1, n, 2)
 
 
 @matchbox.batch
+def shift_reduce(x):                                  # x: (1, n, 2)
+    buffer = list(range(x.size(1)))                   # word positions, as a parser's
+    stack = []
+    out = x.sum(1) * 0
+    while buffer or len(stack) > 1:
+        if buffer and (len(stack) < 2 or x[:, buffer[0]].sum() > 0):
+            stack.append(buffer.pop(0))
+        else:
+            s0 = stack.pop()
+            out = out + x[:, s0] * x[:, stack[-1]] + s0
+            if s0 % 2 == 0:
+                stack.append(s0)                      # a stack of different depths again
+                out = out + x[:, stack.pop()] * 0.5
+    for s in stack:
+        out = out + x[:, s] * len(stack)
+    return out + x[:, stack.pop()]
+
+
+@matchbox.batch
 def sizes(x):                                         # x: (1, n, 3)
     n = x.size(1)
     total = x[:, n - 1] * n + x[:, x.shape[1] - 1]
@@ -92,7 +111,7 @@ def decode(x):                                        # x: (1, n, 4): logits per
 
 
 @pytest.mark.parametrize("B,lengths", BATCHES)
-@pytest.mark.parametrize("f", [stack_machine, reversed_items, queue, sizes, decode])
+@pytest.mark.parametrize("f", [stack_machine, reversed_items, queue, shift_reduce, sizes, decode])
 def test_per_example_values(f, B, lengths):
     dims = (B, (True, 6), (False, 4 if f is decode else 3 if f is sizes else 2))
     mb_test(f, dims, lengths=lengths, dtype=D)

@@ -230,6 +230,9 @@ def stack(tensors, B):
             f"per value")
     fill = real[0].detach()
     ts = [t if isinstance(t, torch.Tensor) else fill for t in ts]
+    if all(t.shape == fill.shape and t.dtype == fill.dtype and t.device == fill.device
+           for t in ts):  # (what fromlist makes of them, without its per-example work)
+        return MaskedBatch._new(torch.stack(ts), None, (False,) * fill.dim(), zero=True, bdim=None)
     # no batch-of-one dimension: whether a leading size is 1 in every example
     # depends on the batch, and the layout must not
     dims = tuple(len({t.size(i) for t in ts}) > 1 for i in range(fill.dim()))

@@ -10,7 +10,8 @@ import torch
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .compaction import owned
-from .lists import _in_lanes, _layout, _listed, _pick, _rebuilt, _tag, _untagged
+from .lists import (_in_lanes, _layout, _listed, _pick, _rebuilt, _tag, _untagged,
+                    held_after_pop)
 from .pyslices import item_of
 from .pyvalues import PerExample, held_by
 from .select import select
@@ -87,9 +88,10 @@ def pop(owner, lst, *args):
     L = len(lst)
     lo, n = torch.stack([torch.where(active, pos, L).min(), left.max()]).tolist()
     shifts = not (type(index) is int and index == -1)   # pop() moves no item
-    for k in range(lo, n):   # items after the popped one move down
-        item = select(active & (pos <= k), lst[k + 1], lst[k]) if shifts and k + 1 < L else lst[k]
-        lst[k] = _in_lanes(item, k < left, lst[0])
+    if shifts or not held_after_pop(lst, lo, n, left):
+        for k in range(lo, n):   # items after the popped one move down
+            item = select(active & (pos <= k), lst[k + 1], lst[k]) if shifts and k + 1 < L else lst[k]
+            lst[k] = _in_lanes(item, k < left, lst[0])
     del lst[n:]
     if lst:
         last = lst[-1] if _listed(lst[-1]) is not None else _in_lanes(lst[-1], n - 1 < left, lst[0])

@@ -17,6 +17,7 @@ import torch
 from ..._lanes import _ACTIVE, _Slot
 from ...core import MaskedBatch, derived
 from ...ops._registry import uncut
+from ...ops.shape import gather_line
 from .compaction import owned
 from .regions import _ALL, _inside, _within
 from .pyvalues import PerExample, held_by, held_item
@@ -230,10 +231,61 @@ def _pick(lst, src, lanes):
     if sel.numel() == 0:
         return _untagged(lst[0])
     lo, hi = torch.stack([sel.min(), sel.max()]).tolist()
+    if hi - lo > 1 and _alike(lst[lo:hi + 1]):
+        return _gathered(lst[lo:hi + 1], torch.where(lanes, src - lo, hi - lo))
     out = lst[hi]
     for k in range(hi - 1, lo - 1, -1):
         out = select(lanes & (src == k), lst[k], out)
     return _untagged(out)
+
+
+def _alike(items):
+    """Whether ``items`` are MaskedBatches of one layout (data shape,
+    dtype, dims, masks of one shape) with no empty example: one gather
+    picks among them."""
+    a = items[0]
+    if type(a) is not MaskedBatch or a._present is not None:
+        return False
+    shape, dtype, dims, bdim, ma = a._data.shape, a._data.dtype, a.dims, a._bdim, a._mask
+    mshape = None if ma is None else ma.shape
+    for b in items:
+        if type(b) is not MaskedBatch or b._present is not None or b._data.shape != shape \
+                or b._data.dtype != dtype or b.dims != dims or b._bdim != bdim:
+            return False
+        mb = b._mask
+        if (mb is None) != (ma is None) or mb is not None and mb.shape != mshape:
+            return False
+    return True
+
+
+def _gathered(items, pos):
+    """Per lane ``b``, item ``pos[b]`` of ``items`` (of one layout, see
+    ``_alike``): one gather from the stacked items, where selecting lane by
+    lane costs one ``where`` per item."""
+    B, a = pos.size(0), items[0]
+    index = pos.view(B, 1)
+    data = gather_line(torch.stack([v.padded_data for v in items], 1), 1, index).squeeze(1)
+    mask = a._mask
+    if mask is not None and any(v._mask is not mask for v in items):
+        mask = gather_line(torch.stack([v._mask for v in items], 1), 1, index).squeeze(1)
+    return _new(data, mask, a.dims, bdim=a._bdim)
+
+
+def held_after_pop(lst, lo, n, left):
+    """Items ``lo..n-1`` of ``lst`` after a ``pop()``, in place: held by
+    the lanes with ``k < left``.  For items of one value per example (the
+    positions a parser's stack holds): one comparison over the stacked
+    items, where going item by item costs a masking each.  False (nothing
+    done) for other items."""
+    items = lst[lo:n]
+    if not items or not _alike(items) or items[0].dims \
+            or any(v._cut is not None or v.requires_grad for v in items):
+        return False
+    lanes = (torch.arange(lo, n, device=left.device)[:, None] < left).contiguous()  # (item, lane)
+    masks = lanes if items[0]._mask is None else torch.stack([v._mask for v in items]) & lanes
+    for k, v in enumerate(items):
+        lst[lo + k] = _tag(_new(v._data, masks[k], (), bdim=v._bdim), lanes[k])
+    return True
 
 
 _NOT_COPIED = {"_listed", "_kept", "_update_of", "__weakref__"}

@@ -173,7 +173,7 @@ def _plain(v):
     """Whether ``v`` is plain Python data: numbers, strings and containers
     of them (no Tensor, batch or object that a rewrite may treat apart)."""
     if type(v) in (list, tuple, set, frozenset):
-        return all(_plain(x) for x in v)
+        return all(type(x) in _PLAIN or _plain(x) for x in v)  # (no call per number)
     if type(v) is dict:
         return all(_plain(k) and _plain(x) for k, x in v.items())
     return type(v) in _PLAIN
