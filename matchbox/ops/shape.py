@@ -54,7 +54,7 @@ import torch
 
 from .. import _lanes
 from ._registry import (_pad_dim, canon_mask, fail_if, is_mb, lengths_presence, neutralize, new,
-                        norm_dim, prefix_mask, real_mask, register_distinct, true_rows)
+                        norm_dim, real_mask, register_distinct, true_rows)
 from ._gather import select_rows
 from .helpers import helper
 from .steps import Steps
