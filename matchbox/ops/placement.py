@@ -863,8 +863,11 @@ class SetItem(_Adapter):
 
     def __call__(self, func, rule, args, kwargs):
         x, index, value = args
-        if not is_mb(x) or x._bdim == 0 and (not is_mb(value) or value._bdim == 0):
+        first = (index[0] if index else None) if isinstance(index, tuple) else index
+        if not is_mb(x) or x._bdim == 0 and (not is_mb(value) or value._bdim == 0) and not (
+                isinstance(first, int) and not isinstance(first, bool)):
             return rule(*args, **kwargs)  # per-example indices are the rule's own
+        # (x[0, j] = v: the int on the batch-of-one dimension is read as Index reads it)
         storage, q = Index.storage_index(func, args, x, index)
 
         def place(sel, v):

@@ -8,6 +8,9 @@
     x[:, i] = v    ->  x = _mb.setitem(x, (slice(None), i), v, 'x')
     buf[i] = v     ->  buf = _mb.setitem(buf, i, v, 'buf', own=True)   (buffers.py)
     buf[i][0] = v  ->  buf = _mb.setitem(buf, _mb.path(i, 0), v, 'buf', own=True)
+    buf[i][0] += v ->  key = _mb.path(i, 0)
+                       buf = _mb.setitem(buf, key, _mb.aug_assign(_mb.getitem(buf, key), '+=', v,
+                                                                  in_place=False), 'buf', own=True)
     d[k] += v      ->  key = k
                        d = _mb.setitem(d, key, _mb.aug_assign(d[key], '+=', v, in_place=False), 'd')
     o.d[k] = v     ->  _mb.setitem(o.d, k, v)
@@ -106,8 +109,8 @@ class _Assignments(Pass):
                 name=templates.constant(target.value.id)))
         path = self._path(target)
         if path is not None:
-            # buf[li][0][k] = 1 into a Tensor the function made: one store, so
-            # that it too can give each example its own copy
+            # buf[li][0][k] = 1: one store, so that it honours the lanes (and a
+            # Tensor the function made gives each example its own copy)
             name, keys = path
             key = templates.stamp(gast.Call(templates.replace_as_expression(
                 "rt.path", origin, rt=rt), keys, []), origin)
@@ -124,7 +127,7 @@ class _Assignments(Pass):
 
     def _path(self, target):
         """``(name, keys)`` for a store ``name[k1][k2]...[kn] = v`` into a
-        Tensor the function made (buffers.py), else None."""
+        local variable's item, else None."""
         rt, keys, node = self.ctx.runtime, [], target
         while True:
             if isinstance(node, gast.Subscript):
@@ -137,7 +140,7 @@ class _Assignments(Pass):
                 node = node.args[0]
             else:
                 break
-        if len(keys) < 2 or not isinstance(node, gast.Name) or node.id not in self.ctx.owned_buffers:
+        if len(keys) < 2 or not isinstance(node, gast.Name) or node.id not in self.local:
             return None
         return node.id, keys[::-1]
 
@@ -217,6 +220,16 @@ class _Assignments(Pass):
                 "in_place=False), name)", node,
                 key=self.ctx.namer.new("key"), index=_Slices().visit(t.slice), x=t.value.id, rt=rt,
                 op=op, value=node.value, name=templates.constant(t.value.id)))
+        path = self._path(t)
+        if path is not None:   # buf[i][j] += v: one read and one store of the same item
+            name, keys = path
+            key = templates.stamp(gast.Call(templates.replace_as_expression(
+                "rt.path", node, rt=rt), keys, []), node)
+            return self._own(templates.replace(
+                "key = index\nx = rt.setitem(x, key, rt.aug_assign(rt.getitem(x, key), op, value, "
+                "in_place=False), name)", node,
+                key=self.ctx.namer.new("key"), index=key, x=name, rt=rt, op=op, value=node.value,
+                name=templates.constant(name)))
         return node
 
 

@@ -51,7 +51,7 @@ import functools
 import operator
 import types
 
-from .assign import aug_assign, assign, inplace, path, read, setattr_, setitem
+from .assign import aug_assign, assign, inplace, read, setattr_, setitem
 from .calls import SiblingLoop, recursive, sibling_calls
 from .conditions import and_, assert_, cond, if_exp, if_false, if_true, not_, or_
 from .containers import method, mutate
@@ -62,6 +62,7 @@ from .list_items import getitem, pop
 from .lists import append, extend, insert
 from .loops import for_loop, step_loop, while_loop
 from .maps import map_loop
+from .pyslices import path
 from .pycalls import and_value, call, comprehension, contains, host, is_, mapped, or_value
 from .perlane import Star
 from .pyvalues import PerExample
@@ -86,7 +87,7 @@ OWNED = {"read": read, "assign": assign, "aug_assign": aug_assign, "setattr_": s
          "append": append, "extend": extend, "pop": pop, "getitem": getitem,
          "if_true": if_true, "if_false": if_false, "while_loop": while_loop,
          "for_loop": for_loop, "step_loop": step_loop, "map_loop": map_loop, "recursive": recursive,
-         "SiblingLoop": SiblingLoop, "mapped": mapped}
+         "SiblingLoop": SiblingLoop, "mapped": mapped, "path": path}
 
 
 def function_runtime():

@@ -14,7 +14,9 @@ from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
 from . import containers
 from .compaction import owned
+from .list_items import getitem
 from .lists import extend_owned
+from .pyslices import Path, path_key
 from .pyvalues import PerExample
 from .select import ShapeMismatch, rebuilt, select
 from .update import _assign
@@ -126,39 +128,17 @@ def aug_assign(owner, old, op, value, in_place=True):
     return _assign(old, outplace(_read(old), value))
 
 
-class Path(tuple):
-    """The keys of ``x[k1][k2]...[kn] = v`` (``path(k1, ..., kn)``: the
-    rewrite's form of a store into an item of a Tensor the function made)."""
-
-
-def path(*keys):
-    return Path(keys)
-
-
-def _an_int(k):
-    """Is ``k`` an int index (one per example, maybe): ``x[k][j]`` is then
-    ``x[k, j]``."""
-    t = type(k)
-    if t is int:
-        return True
-    if t is PerExample:
-        return all(type(v) is int for v in k._mb_values)
-    return t is MaskedBatch and k.dim() == 0 and not k.dtype.is_floating_point \
-        and k.dtype is not torch.bool
-
-
 def _path_store(obj, keys, value, name, own):
-    """``obj[k1]...[kn] = value``: one store ``obj[k1, ..., kn]`` where the
-    outer keys are ints (so it can give each example its own copy of
-    ``obj``); else through the items, as written."""
-    *outer, last = keys
-    if all(_an_int(k) for k in outer):
-        return setitem(obj, tuple(outer) + (last if type(last) is tuple else (last,)),
-                       value, name, own)
+    """``obj[k1]...[kn] = value``: one store where ``path_key`` gives one
+    index (so it can give each example its own copy of ``obj``); else
+    through the items, as written."""
+    key = path_key(obj, keys)
+    if key is not None:
+        return setitem(obj, key, value, name, own)
     target = obj
-    for k in outer:
-        target = target[k]
-    setitem(target, last, value)
+    for k in keys[:-1]:   # (each example's own item of a per-example list)
+        target = getitem(keys.owner, target, k)
+    setitem(target, keys[-1], value)
     return obj
 
 

@@ -12,7 +12,7 @@ from ...core import MaskedBatch
 from .compaction import owned
 from .lists import (_in_lanes, _layout, _listed, _pick, _rebuilt, _tag, _untagged,
                     held_after_pop)
-from .pyslices import item_of
+from .pyslices import Path, item_of, path_key
 from .pyvalues import PerExample, held_by
 from .select import select
 
@@ -101,7 +101,15 @@ def pop(owner, lst, *args):
 
 def getitem(owner, obj, key):
     """``obj[key]``; on a per-example list (or with a per-example index),
-    each example's own item or slice."""
+    each example's own item or slice; ``obj[k1]...[kn]`` for a ``Path``
+    key (the rewrite's ``buf[i][j] += v``)."""
+    if type(key) is Path:
+        one = path_key(obj, key)
+        if one is None:
+            for k in key:
+                obj = getitem(owner, obj, k)
+            return obj
+        key = one
     if type(obj) is not list or type(key) is PerExample:
         return item_of(obj, key)
     if type(key) is int and not (obj and type(obj[-1]) in (MaskedBatch, PerExample, tuple)):

@@ -3,7 +3,9 @@ not a Python list: ``lists.getitem`` takes those): a per-example value's
 item, a dict / str / tuple item at a per-example key, and a slice of a
 tensor whose bounds are per-example ints (``x[:, :n]``, ``x[:, n // 2:]``,
 ``pe[:n]``), which gives each example its own size along that dimension
-(a dynamic dimension where they differ)."""
+(a dynamic dimension where they differ).  ``Path``: the keys of
+``x[k1][k2]...[kn]``, which the rewrite stores into (and reads, for
+``+=``) as one index where it can."""
 import operator
 
 import torch
@@ -14,6 +16,45 @@ from .pyvalues import PerExample, is_number_batch
 
 _new = MaskedBatch._new
 _KEYED = (dict, str, tuple, range, bytes)
+
+
+class Path(tuple):
+    """The keys of ``x[k1][k2]...[kn] = v`` (``path(k1, ..., kn)``: the
+    rewrite's form of a store into an item of a local variable), and the
+    runtime of the function that wrote it (``owner``), whose reads walk
+    the items where they are not one index."""
+
+
+def path(owner, *keys):
+    p = Path(keys)
+    p.owner = owner
+    return p
+
+
+def _an_int(k):
+    """Is ``k`` an int index (one per example, maybe): ``x[k][j]`` is then
+    ``x[k, j]``."""
+    t = type(k)
+    if t is int:
+        return True
+    if t is PerExample:
+        return all(type(v) is int for v in k._mb_values)
+    return t is MaskedBatch and k.dim() == 0 and not k.dtype.is_floating_point \
+        and k.dtype is not torch.bool
+
+
+def path_key(obj, keys):
+    """``obj[k1]...[kn]`` as one index ``obj[k1, ..., kn]`` where ``obj`` is
+    a Tensor or a batch and the outer keys are ints (each takes one dim);
+    else None (read it item by item).  On a batch whose examples hold their
+    batch-of-one dim first, ``x[0][j]`` is ``x[:, j]``: the same entries."""
+    *outer, last = keys
+    if not isinstance(obj, (torch.Tensor, MaskedBatch)) or not all(_an_int(k) for k in outer):
+        return None
+    key = tuple(outer) + (last if type(last) is tuple else (last,))
+    if type(obj) is MaskedBatch and obj._bdim == 0 and type(key[0]) is int and key[0] in (0, -1):
+        key = (slice(None),) + key[1:]
+    return key
 
 
 def item_of(obj, key):
