@@ -5,6 +5,8 @@ over, the others grow two candidates), unpacked in ``for score, toks, h in
 beams``, sorted with ``key=`` and sliced per example, ``toks + [tok]`` per
 example.  Each batched run equals the per-example runs, values and
 gradients, with EOS reached by no, some and every example."""
+import collections
+
 import pytest
 import torch
 import torch.nn as nn
@@ -128,3 +130,27 @@ def tagged_steps(x):                                  # x: (1, n, 2)
 @pytest.mark.parametrize("B,lengths", [(4, "mixed"), (4, "equal"), (1, "random"), (5, "one")])
 def test_tuples_appended_under_lanes(B, lengths):
     mb_test(tagged_steps, (B, (True, 5), (False, 2)), lengths=lengths, dtype=D)
+
+
+Hyp = collections.namedtuple("Hyp", "score h")
+
+
+@matchbox.batch
+def named_hyps(x):                                    # x: (1, n, 2)
+    hyps = []
+    for i, t in enumerate(x.unbind(1)):
+        if t.sum() > 0:
+            hyps.append(Hyp(t.sum().item(), t * 2))
+        else:
+            hyps.append(Hyp(-1.0, t))
+            hyps.append(Hyp(i * 1.0, t.exp()))
+    total = x.sum(1)
+    for hyp in sorted(hyps, key=lambda y: y.score):
+        total = total * 0.5 + hyp.h
+    s, h = hyps[-1]
+    return total, s, h, hyps[0].h
+
+
+@pytest.mark.parametrize("B,lengths", [(4, "mixed"), (4, "equal"), (1, "random"), (5, "one")])
+def test_namedtuples_appended_under_lanes(B, lengths):
+    mb_test(named_hyps, (B, (True, 5), (False, 2)), lengths=lengths, dtype=D)

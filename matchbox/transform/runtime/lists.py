@@ -20,7 +20,7 @@ from ...ops._registry import uncut
 from ...ops.shape import gather_line
 from .compaction import owned
 from .regions import _ALL, _inside, _within
-from .perlane import _has_per_example, split
+from .perlane import _has_per_example, sequence, split
 from .pyvalues import PerExample, held_by, held_item
 from .select import _canonical, _full_mask, _lane_view, select
 
@@ -98,7 +98,7 @@ def _per_lane(v, B):
     each example's own tuple or list (its numbers, its Python values, its
     rows: ``LaneRef``), so code run per example (``sorted(key=...)``) sees
     that example's values; else ``v`` unchanged."""
-    if type(v) in (tuple, list) and _has_per_example(v):
+    if sequence(v) and _has_per_example(v):
         return PerExample(list(split(v, B)))
     return v
 
