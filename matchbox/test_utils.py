@@ -142,7 +142,10 @@ def _held(obj, j, path="output", bpath="output"):
     example ``j`` holds it: a tuple or list of batches is a per-example
     list (the pieces of ``x.split(2, d)`` along a dynamic ``d``, a list
     appended under ``@batch``), whose items that hold no value for ``j``
-    example ``j``'s list does not have."""
+    example ``j``'s list does not have.  A PerExample holding a container
+    (each example's own list of token ids) is example ``j``'s container."""
+    if isinstance(obj, PerExample) and isinstance(obj._mb_values[j], (tuple, list, dict)):
+        obj = obj._mb_values[j]
     if isinstance(obj, (tuple, list)):
         out, k = [], 0
         for i, o in enumerate(obj):
@@ -207,6 +210,12 @@ def _compare(what, expected, got, rtol=None, atol=None):
         got = torch.zeros_like(expected)
     if isinstance(expected, MaskedBatch) or isinstance(got, MaskedBatch):
         return f"{what}: a per-example run returned a MaskedBatch"
+    if type(expected) is float and (type(got) is float or isinstance(got, torch.Tensor)
+                                    and got.numel() == 1):
+        # a Python float (a score summed from .item()s) within the tolerances: the
+        # batched run's rows may round in another order
+        got = torch.as_tensor(got, dtype=torch.float64).reshape(())
+        expected = torch.tensor(expected, dtype=torch.float64)
     if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor):
         return None if expected == got else f"{what}: expected {expected!r}, got {got!r}"
     if expected.dim() == 0 and tuple(got.shape) == (1,):

@@ -20,6 +20,7 @@ from ...ops._registry import uncut
 from ...ops.shape import gather_line
 from .compaction import owned
 from .regions import _ALL, _inside, _within
+from .perlane import _has_per_example, sequence, split
 from .pyvalues import PerExample, held_by, held_item
 from .select import _canonical, _full_mask, _lane_view, select
 
@@ -77,9 +78,10 @@ def _in_lanes(v, lanes, like=None):
     """``v`` as a MaskedBatch whose mask is False in the lanes not in ``lanes``
     (so those lanes are not real in it, and the gradient cut that a read
     made under these lanes left pending is not needed: ``uncut``).  A Python
-    value that is not a number (a string, an object) is a PerExample item."""
+    value that is not a number (a string, an object, a tuple) is a PerExample
+    item (``_per_lane``)."""
     if not isinstance(v, (MaskedBatch, torch.Tensor, bool, int, float)):
-        return held_item(v, lanes)
+        return held_item(_per_lane(v, lanes.size(0)), lanes)
     if type(v) is MaskedBatch:
         v = _new(uncut(v), v._mask, v.dims, bdim=v._bdim)
     data, mask, dims, bdim = _canonical(v, lanes.size(0), like)
@@ -89,6 +91,26 @@ def _in_lanes(v, lanes, like=None):
     if mask is not None or any(dims):
         full = _full_mask(data, mask, dims, dims) & full
     return _tag(_new(data, full, dims, bdim=bdim), lanes)
+
+
+def _per_lane(v, B):
+    """A tuple or list holding per-example values (``(score, toks, h)``) as
+    each example's own tuple or list (its numbers, its Python values, its
+    rows: ``LaneRef``), so code run per example (``sorted(key=...)``) sees
+    that example's values; else ``v`` unchanged."""
+    if sequence(v) and _has_per_example(v):
+        return PerExample(list(split(v, B)))
+    return v
+
+
+def _chosen(lanes, a, b):
+    """Per lane ``a`` where ``lanes`` else ``b``, as a value a list item
+    can be: a PerExample where either is one (``select`` would lift it)."""
+    if type(a) is not PerExample and type(b) is not PerExample:
+        return select(lanes, a, b)
+    B = lanes.size(0)
+    ca, cb = split(a, B), split(b, B)
+    return PerExample([ca[i] if p else cb[i] for i, p in enumerate(lanes.tolist())])
 
 
 def _lane_counts(lst, B, device):
@@ -171,12 +193,7 @@ def _append(lst, value):
     active_counts = counts[lanes]
     if active_counts.numel() == 0:
         return None
-    if isinstance(value, tuple):
-        raise NotImplementedError(
-            f"lst.append(({', '.join(type(v).__name__ for v in value)})): a tuple appended to a "
-            f"list whose examples hold different numbers of items (the examples appended under "
-            f"different conditions) is not supported yet; keep each part in a list of its own "
-            f"(scores.append(s); hyps.append(h))")
+    value = _per_lane(value, lanes.size(0))
     lo, hi = int(active_counts.min()), int(active_counts.max())
     for k in range(lo, hi + 1):
         sel = lanes & (counts == k)
@@ -185,7 +202,7 @@ def _append(lst, value):
         if k < len(lst):
             old = lst[k]
             held = _listed(old)[0] if _listed(old) else torch.ones_like(sel)
-            lst[k] = _tag(select(sel, value, old), held | sel)
+            lst[k] = _tag(_chosen(sel, value, old), held | sel)
         else:
             lst.append(_in_lanes(value, sel, lst[0] if lst else None))
     lst[-1] = _tag(lst[-1], _listed(lst[-1])[0], grown, length=len(lst))

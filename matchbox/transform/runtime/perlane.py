@@ -104,7 +104,7 @@ def split(x, B):
         if x._data.size(0) != B:
             raise ValueError(f"a per-example value of {x._data.size(0)} examples meets one of {B}")
         return _numbers(x) if is_number_batch(x) else _Refs(x)
-    if (t is list or t is tuple) and _has_per_example(x):
+    if sequence(x) and _has_per_example(x):
         return _lane_lists(x, B) if t is list else _lanes_of(x, B, t)
     if t is Star:
         return split(x.value, B)
@@ -127,8 +127,17 @@ def _lane_lists(lst, B):
     return [[c[b] for c, h in zip(cols, held) if h is None or h[b]] for b in range(B)]
 
 
+def sequence(v):
+    """Is ``v`` a list, a tuple or a namedtuple (``Hyp(score, h)``), whose
+    items a per-example value may be?"""
+    t = type(v)
+    return t is list or t is tuple or isinstance(v, tuple) and hasattr(t, "_fields")
+
+
 def _lanes_of(seq, B, t):
     cols = [split(v, B) for v in seq]
+    if hasattr(t, "_fields"):   # a namedtuple takes its fields one by one
+        return [t(*(c[b] for c in cols)) for b in range(B)]
     return [t(c[b] for c in cols) for b in range(B)]
 
 
@@ -139,7 +148,7 @@ def _has_per_example(seq, depth=0):
     for v in items:
         t = type(v)
         if t is PerExample or t is MaskedBatch or t is Star or (
-                (t is list or t is tuple) and depth < 3 and v and _has_per_example(v, depth + 1)):
+                sequence(v) and depth < 3 and v and _has_per_example(v, depth + 1)):
             return True
     return False
 
@@ -153,7 +162,7 @@ def batch_size(args, kwargs=None):
             a = a.value
         if type(a) is slice:
             a = (a.start, a.stop, a.step)
-        if type(a) in (list, tuple) and _has_per_example(a):
+        if sequence(a) and _has_per_example(a):
             B2, like2 = batch_size(a)
             B = B if B is not None else B2
             like = like if like is not None else like2
