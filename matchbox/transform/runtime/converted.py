@@ -69,7 +69,8 @@ def helper(f, *args, **kwargs):
         conv = converted(f)
         return conv(*args, **kwargs)
     conv = converted(f)
-    if conv is f and type(f) is types.FunctionType:
+    if conv is f and (type(f) is types.FunctionType or isinstance(f, type)):
+        # (a class: each example gets its own object, InternalParseNode(label, children))
         return per_lane(f, args, kwargs)
     return conv(*args, **kwargs)
 
@@ -78,6 +79,8 @@ def helper(f, *args, **kwargs):
 # the reads that give a Python value (h.item(), int(n), len(xs))
 _FLOW = (gast.If, gast.While, gast.For, gast.IfExp, gast.BoolOp, gast.Break, gast.Continue)
 _READS = {"item", "tolist", "numpy", "int", "float", "bool", "len"}
+# builtins that compare their arguments (max(a, b) reads bool(b > a))
+_COMPARING = {"max", "min", "sorted", "any", "all"}
 
 
 def needs_lanes(f):
@@ -104,7 +107,9 @@ def needs_lanes(f):
             func = n.func
             name = func.attr if isinstance(func, gast.Attribute) else getattr(func, "id", None)
             callee = f.__globals__.get(name) if isinstance(func, gast.Name) else None
-            found = name in _READS or type(callee) is types.FunctionType and needs_lanes(callee)
+            found = (name in _READS or isinstance(func, gast.Name) and name in _COMPARING
+                     and name not in f.__globals__
+                     or type(callee) is types.FunctionType and needs_lanes(callee))
         if found:
             break
     f.__dict__["__matchbox_lanes__"] = found
