@@ -9,10 +9,8 @@
 - a greedy decoder with a Python list KV cache, ``.item()`` and ``break``;
 - the minimal span parser's CKY (Stern et al. 2017): a dict chart keyed by
   ``(left, right)``, ``max(range(...), key=lambda split: chart[...])``,
-  tree node objects built from the chart's lists;
-- a recursive neural network over binary trees (the public PyTorch port of
-  Socher et al.): a helper method recursing on ``node.left`` /
-  ``node.right`` and appending to ``self.nodeProbList``.
+  tree node objects built from the chart's lists
+  (trees and graphs: test_public_structured_models.py)
 """
 import math
 
@@ -261,70 +259,6 @@ def test_cky_chart_parser(B):
     assert matchbox.examples(trees) == [t for t, _ in alone]
     mb_test(parser.parse, MaskedBatch.fromlist(ids, batch_dim=None), matchbox.objects(words),
             params=list(parser.parameters()))
-
-
-# ------------------------------------------------------------------ recursive NN
-class Node:
-    def __init__(self, label, word=None, left=None, right=None):
-        self.label, self.word, self.left, self.right = label, word, left, right
-        self.isLeaf = word is not None
-
-
-class RecursiveNN(nn.Module):
-    def __init__(self, V=6, d=4, C=3):
-        super().__init__()
-        torch.manual_seed(0)
-        self.embedding = nn.Embedding(V, d)
-        self.W = nn.Linear(2 * d, d)
-        self.projection = nn.Linear(d, C)
-        self.activation = torch.tanh
-        self.nodeProbList, self.labelList = [], []
-
-    def traverse(self, node):
-        if node.isLeaf:
-            currentNode = self.activation(self.embedding(torch.LongTensor([node.word])))
-        else:
-            currentNode = self.activation(self.W(torch.cat(
-                (self.traverse(node.left), self.traverse(node.right)), 1)))
-        self.nodeProbList.append(self.projection(currentNode))
-        self.labelList.append(torch.LongTensor([node.label]))
-        return currentNode
-
-    @matchbox.batch
-    def forward(self, x):
-        self.nodeProbList = []
-        self.labelList = []
-        self.traverse(x)
-        self.labelList = torch.cat(self.labelList)
-        return torch.cat(self.nodeProbList)
-
-    @matchbox.batch
-    def getLoss(self, tree):
-        nodes = self.forward(tree)
-        predictions = nodes.max(dim=1)[1]
-        loss = F.cross_entropy(input=nodes, target=self.labelList)
-        return predictions, loss
-
-
-def _leaf(w, y=0):
-    return Node(y, word=w)
-
-
-TREES = [Node(1, left=_leaf(1), right=_leaf(2)), _leaf(3, 2),
-         Node(2, left=Node(0, left=_leaf(0), right=_leaf(4)), right=_leaf(5, 1)),
-         Node(0, left=_leaf(2), right=Node(1, left=_leaf(1),
-                                           right=Node(2, left=_leaf(3), right=_leaf(4))))]
-
-
-@pytest.mark.parametrize("B", [2, 3, 4])
-def test_recursive_nn_over_binary_trees(B):
-    """Before: 'bool(x) ... in traverse: @batch did not rewrite it' (the
-    helper method's recursive call ran its code as written).  (B = 1, or
-    examples that are all equal: the code computes nothing per example and
-    returns plain Tensors, which mb_test and matchbox.examples take for one
-    value for every example without a batch dimension; left open.)"""
-    model = RecursiveNN().double()
-    mb_test(model.getLoss, matchbox.objects(TREES[:B]), params=list(model.parameters()))
 
 
 # ------------------------------------------------------------------ the pieces, small
