@@ -9,7 +9,9 @@
 - a greedy decoder with a Python list KV cache, ``.item()`` and ``break``;
 - the minimal span parser's CKY (Stern et al. 2017): a dict chart keyed by
   ``(left, right)``, ``max(range(...), key=lambda split: chart[...])``,
-  tree node objects built from the chart's lists
+  tree node objects built from the chart's lists;
+- the inside algorithm over span scores, with a chart of Python lists and
+  with a Tensor chart read by slices
   (trees and graphs: test_public_structured_models.py)
 """
 import math
@@ -259,6 +261,47 @@ def test_cky_chart_parser(B):
     assert matchbox.examples(trees) == [t for t, _ in alone]
     mb_test(parser.parse, MaskedBatch.fromlist(ids, batch_dim=None), matchbox.objects(words),
             params=list(parser.parameters()))
+
+
+# ------------------------------------------------------------------ inside algorithm
+@matchbox.batch
+def inside(span_scores):      # span_scores: (n, n + 1), the score of span (i, j)
+    n = span_scores.size(0)
+    beta = [[None] * (n + 1) for _ in range(n + 1)]
+    for i in range(n):
+        beta[i][i + 1] = span_scores[i, i + 1]
+    for w in range(2, n + 1):
+        for i in range(0, n - w + 1):
+            j = i + w
+            splits = torch.stack([beta[i][k] + beta[k][j] for k in range(i + 1, j)])
+            beta[i][j] = span_scores[i, j] + torch.logsumexp(splits, 0)
+    return beta[0][n]
+
+
+@matchbox.batch
+def inside_chart(span_scores):
+    n = span_scores.size(0)
+    chart = span_scores.new_full((n + 1, n + 1), -1e9)
+    for i in range(n):
+        chart[i, i + 1] = span_scores[i, i + 1]
+    for w in range(2, n + 1):
+        for i in range(0, n - w + 1):
+            j = i + w
+            chart[i, j] = span_scores[i, j] + torch.logsumexp(
+                chart[i, i + 1:j] + chart[i + 1:j, j], 0)
+    return chart[0, n]
+
+
+@pytest.mark.parametrize("f", [inside, inside_chart])
+@pytest.mark.parametrize("ns", [(1, 3, 4, 2), (1,), (3, 3)])
+def test_inside_algorithm_over_spans(f, ns):
+    """A chart of Python lists, and a Tensor chart read by slices with
+    per-example bounds.  Before (the Tensor chart): 'add: per-example
+    lengths differ' from the slices of an example that had left the loop
+    (its value is dropped)."""
+    spans = MaskedBatch.fromlist([torch.randn(n, n + 1, dtype=D) for n in ns], (True, True),
+                                 batch_dim=None)
+    mb_test(f, spans, dtype=D)
 
 
 # ------------------------------------------------------------------ the pieces, small
