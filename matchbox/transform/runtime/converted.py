@@ -60,8 +60,12 @@ def helper(f, *args, **kwargs):
     or a batch meets code that reads a value per example (an ``if`` on
     it, ``.item()``: ``needs_lanes``): then rewritten as ``converted``
     gives it, or, where it cannot be, run for each example on its own
-    values."""
-    if not any(_objects(a) for a in args) and not any(_objects(v) for v in kwargs.values()):
+    values.  A nested function that reads per-example Python values of the
+    code around it (``tokens`` of ``def helper(i)`` in a parser) is
+    rewritten too."""
+    if not any(_objects(a) for a in args) and not any(_objects(v) for v in kwargs.values()) \
+            and not (type(f) is types.FunctionType and f.__closure__
+                     and any(_objects(_contents(c)) for c in f.__closure__)):
         if not (type(f) is types.FunctionType and needs_lanes(f) and (
                 any(type(a) is MaskedBatch for a in args)
                 or any(type(v) is MaskedBatch for v in kwargs.values()))):
@@ -114,6 +118,13 @@ def needs_lanes(f):
             break
     f.__dict__["__matchbox_lanes__"] = found
     return found
+
+
+def _contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:   # (not assigned yet)
+        return None
 
 
 def _objects(x):
