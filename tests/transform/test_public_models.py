@@ -7,6 +7,7 @@
   module helper ``softmin3`` that takes ``max(max(a, b), c)`` of tensors;
 - a pointer network's greedy decode (``.item()``, a mask written at it);
 - a greedy decoder with a Python list KV cache, ``.item()`` and ``break``;
+  a ``while True`` greedy decode; char-LSTM word vectors from strings;
 - the minimal span parser's CKY (Stern et al. 2017): a dict chart keyed by
   ``(left, right)``, ``max(range(...), key=lambda split: chart[...])``,
   tree node objects built from the chart's lists;
@@ -165,6 +166,58 @@ class CachedDecoder(nn.Module):
 def test_decoder_with_list_kv_cache(lengths):
     mb_test(CachedDecoder().double(), (5, (True, 4), (False, 6)), batch_dim=None,
             lengths=lengths)
+
+
+# ------------------------------------------------------------------ char-level words, while True
+class CharWordTagger(nn.Module):
+    def __init__(self, d=3, h=4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.cemb = nn.Embedding(128, d)
+        self.clstm, self.wlstm = nn.LSTM(d, h), nn.LSTM(h, h)
+        self.out = nn.Linear(h, 2)
+
+    @matchbox.batch
+    def forward(self, sentence):
+        word_vecs = []
+        for word in sentence.split():
+            chars = torch.tensor([ord(c) for c in word])
+            _, (h, _) = self.clstm(self.cemb(chars).unsqueeze(1))
+            word_vecs.append(h[-1])
+        out, _ = self.wlstm(torch.stack(word_vecs))
+        return self.out(out[-1]).log_softmax(-1)
+
+
+def test_char_lstm_word_vectors_from_sentence_strings():
+    mb_test(CharWordTagger().double(), matchbox.objects(["hi there you", "ok", "a bb ccc dddd"]))
+
+
+class GreedyDecoder(nn.Module):
+    def __init__(self, V=6, h=4):
+        super().__init__()
+        torch.manual_seed(2)
+        self.emb = nn.Embedding(V, h)
+        self.cell = nn.GRUCell(h, h)
+        self.out = nn.Linear(h, V)
+
+    @matchbox.batch
+    def forward(self, h, max_steps=6, eos=0):
+        tok = torch.tensor([1])
+        logp, words, steps = 0.0, [], 0
+        while True:
+            h = self.cell(self.emb(tok), h)
+            lp = F.log_softmax(self.out(h), dim=-1)
+            tok = lp.argmax(dim=-1)
+            logp = logp + lp[0, tok.item()]
+            steps += 1
+            if tok.item() == eos or steps >= max_steps:
+                break
+            words.append(tok.item())
+        return logp, words, steps
+
+
+def test_while_true_greedy_decode():
+    mb_test(GreedyDecoder().double(), (6, (False, 4)))
 
 
 # ------------------------------------------------------------------ CKY chart parser

@@ -7,7 +7,9 @@ write it, run batched (SPEC 4b; see test_public_models.py):
 - a gated graph network over adjacency lists (``self.gru(torch.stack(msgs),
   h)``: the cell's batch is each graph's nodes), an edge-list aggregation;
 - a binary Tree-LSTM over node objects, a dynamic memory network's
-  episodic passes.
+  episodic passes;
+- SST lines parsed into trees inside the model (a nested recursive parser
+  function reading the enclosing ``tokens``), then a tree RNN.
 """
 import pytest
 import torch
@@ -219,3 +221,67 @@ class EpisodicMemory(nn.Module):
 def test_dynamic_memory_network_episodes(lengths):
     mb_test(EpisodicMemory().double(), (4, (True, 4), (False, 1), (False, 4)),
             (4, (False, 1), (False, 4)), batch_dim=None, lengths=lengths)
+
+
+# ------------------------------------------------------------------ SST lines parsed in the model
+class PTBTree:
+    def __init__(self, label, word=None, children=None):
+        self.label, self.word, self.children = label, word, children or []
+
+
+def parse_ptb(s):
+    tokens = s.replace("(", " ( ").replace(")", " ) ").split()
+
+    def helper(i):
+        assert tokens[i] == "("
+        label = int(tokens[i + 1])
+        i += 2
+        if tokens[i] != "(":
+            return PTBTree(label, word=tokens[i]), i + 2
+        children = []
+        while tokens[i] == "(":
+            child, i = helper(i)
+            children.append(child)
+        return PTBTree(label, children=children), i + 1
+    tree, _ = helper(0)
+    return tree
+
+
+SST_VOCAB = {w: i for i, w in enumerate("a good bad movie not very".split())}
+
+
+class SSTModel(nn.Module):
+    def __init__(self, d=4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(len(SST_VOCAB), d)
+        self.comp = nn.Linear(2 * d, d)
+        self.cls = nn.Linear(d, 3)
+
+    def encode(self, node):
+        if node.word is not None:
+            return torch.tanh(self.emb(torch.tensor([SST_VOCAB[node.word]])))
+        hs = [self.encode(c) for c in node.children]
+        h = hs[0]
+        for other in hs[1:]:
+            h = torch.tanh(self.comp(torch.cat([h, other], 1)))
+        return h
+
+    @matchbox.batch
+    def forward(self, line):
+        tree = parse_ptb(line)
+        h = self.encode(tree)
+        return F.cross_entropy(self.cls(h), torch.tensor([tree.label]))
+
+
+SST_LINES = ["(2 (1 not) (2 (2 very) (2 good)))", "(0 bad)", "(1 (2 a) (1 (1 bad) (2 movie)))",
+             "(2 (2 a) (2 good) (2 movie))"]
+
+
+@pytest.mark.parametrize("B", [2, 4])
+def test_sst_lines_parsed_by_a_nested_recursive_helper(B):
+    """The PTB string is parsed inside the model by a function whose nested
+    recursive ``helper(i)`` reads the enclosing ``tokens``.  Before: 'int()
+    of a per-example value ... needs one value for all' (the nested function
+    ran as written on every example's tokens at once)."""
+    mb_test(SSTModel().double(), matchbox.objects(SST_LINES[:B]))
