@@ -9,7 +9,9 @@ write it, run batched (SPEC 4b; see test_public_models.py):
 - a binary Tree-LSTM over node objects, a dynamic memory network's
   episodic passes;
 - SST lines parsed into trees inside the model (a nested recursive parser
-  function reading the enclosing ``tokens``), then a tree RNN.
+  function reading the enclosing ``tokens``), then a tree RNN;
+- a stack-RNN transition parser on oracle actions, a pointer-generator's
+  copy distribution, CTC's alpha recursion over Python lists.
 """
 import pytest
 import torch
@@ -285,3 +287,103 @@ def test_sst_lines_parsed_by_a_nested_recursive_helper(B):
     of a per-example value ... needs one value for all' (the nested function
     ran as written on every example's tokens at once)."""
     mb_test(SSTModel().double(), matchbox.objects(SST_LINES[:B]))
+
+
+# ------------------------------------------------------------------ stack parser, copy, CTC
+class StackParser(nn.Module):
+    """A stack-RNN transition parser (after Dyer et al. 2015) scoring each
+    example's oracle actions: Python lists as buffer and stacks."""
+
+    def __init__(self, V=10, d=4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(V, d)
+        self.stack_rnn = nn.GRUCell(d, d)
+        self.compose = nn.Linear(2 * d, d)
+        self.empty = nn.Parameter(torch.randn(1, d))
+        self.act = nn.Linear(2 * d, 2)
+
+    @matchbox.batch
+    def forward(self, words, actions):
+        buffer = [self.emb(w.view(1)) for w in reversed(words)]
+        stack_states = [self.empty]
+        stack_items = []
+        loss = 0
+        for a in actions:
+            top = stack_states[-1]
+            nxt = buffer[-1] if buffer else self.empty
+            scores = F.log_softmax(self.act(torch.cat([top, nxt], 1)), 1)
+            loss = loss - scores[0, 0 if a == "SHIFT" else 1]
+            if a == "SHIFT":
+                x = buffer.pop()
+                stack_items.append(x)
+                stack_states.append(self.stack_rnn(x, stack_states[-1]))
+            else:
+                right = stack_items.pop()
+                stack_states.pop()
+                left = stack_items.pop()
+                stack_states.pop()
+                comp = torch.tanh(self.compose(torch.cat([left, right], 1)))
+                stack_items.append(comp)
+                stack_states.append(self.stack_rnn(comp, stack_states[-1]))
+        return loss, stack_states[-1]
+
+
+def test_stack_rnn_transition_parser():
+    model = StackParser().double()
+    sents = [torch.tensor([1, 2, 3]), torch.tensor([4]), torch.tensor([5, 6]),
+             torch.tensor([7, 8, 9, 1])]
+    acts = [["SHIFT", "SHIFT", "REDUCE", "SHIFT", "REDUCE"], ["SHIFT"],
+            ["SHIFT", "SHIFT", "REDUCE"],
+            ["SHIFT", "SHIFT", "SHIFT", "REDUCE", "SHIFT", "REDUCE", "REDUCE"]]
+    mb_test(model, MaskedBatch.fromlist(sents, batch_dim=None), matchbox.objects(acts),
+            params=list(model.parameters()))
+
+
+@matchbox.batch
+def copy_dist(p_vocab, attn, src_ids, p_gen):   # (V,), (n,), (n,), (1,)
+    final = p_gen * p_vocab
+    final = final.scatter_add(0, src_ids, (1 - p_gen) * attn)
+    return torch.log(final + 1e-9)
+
+
+def test_pointer_generator_copy_distribution():
+    V, ns = 6, (3, 1, 4)
+    pv = MaskedBatch.fromlist([F.softmax(torch.randn(V, dtype=D), 0) for _ in ns], (False,),
+                              batch_dim=None)
+    at = MaskedBatch.fromlist([F.softmax(torch.randn(n, dtype=D), 0) for n in ns], (True,),
+                              batch_dim=None)
+    ids = MaskedBatch.fromlist([torch.randint(0, V, (n,)) for n in ns], (True,), batch_dim=None)
+    pg = MaskedBatch.fromlist([torch.rand(1, dtype=D) for _ in ns], (False,), batch_dim=None)
+    mb_test(copy_dist, pv, at, ids, pg)
+
+
+@matchbox.batch
+def ctc_nll(log_probs, target, blank=0):   # log_probs: (T, C); target: a list of ints
+    ext = [blank]
+    for t in target:
+        ext += [t, blank]
+    S, T = len(ext), log_probs.size(0)
+    neg_inf = torch.tensor(-1e30, dtype=log_probs.dtype)
+    alpha = [log_probs[0, ext[0]], log_probs[0, ext[1]]] + [neg_inf] * (S - 2)
+    for t in range(1, T):
+        new = []
+        for s in range(S):
+            a = alpha[s]
+            if s > 0:
+                a = torch.logaddexp(a, alpha[s - 1])
+            if s > 1 and ext[s] != blank and ext[s] != ext[s - 2]:
+                a = torch.logaddexp(a, alpha[s - 2])
+            new.append(a + log_probs[t, ext[s]])
+        alpha = new
+    return -torch.logaddexp(alpha[-1], alpha[-2])
+
+
+def test_ctc_alpha_recursion_over_python_lists():
+    targets, Ts = [[1, 2], [3], [1, 1, 2], [2]], [4, 2, 6, 3]
+    lp = [F.log_softmax(torch.randn(T, 4, dtype=D), -1) for T in Ts]
+    out = mb_test(ctc_nll, MaskedBatch.fromlist(lp, (True, False), batch_dim=None),
+                  matchbox.objects(targets))
+    for e, x, tg in zip(out.examples(), lp, targets):   # and it is CTC
+        torch.testing.assert_close(e, F.ctc_loss(x, torch.tensor(tg), [x.size(0)], [len(tg)],
+                                                 reduction="sum"))
