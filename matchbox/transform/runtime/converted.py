@@ -22,7 +22,7 @@ import torch
 
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
-from .perlane import per_lane
+from .perlane import _contents, per_lane
 from .pyvalues import PerExample
 
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,13 +118,6 @@ def needs_lanes(f):
             break
     f.__dict__["__matchbox_lanes__"] = found
     return found
-
-
-def _contents(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:   # (not assigned yet)
-        return None
 
 
 def _objects(x):
