@@ -64,11 +64,17 @@ def _items(index, n):
         k = ell[0]
         items[k:k + 1] = [slice(None)] * (n - used)
     advanced = [it for it in items if isinstance(it, torch.Tensor) or is_mb(it)]
-    if len(advanced) > 1:
+    # one int per example at each of several dims (R[i, j] in a DP table)
+    # selects as ints do, one dim at a time
+    if len(advanced) > 1 and not all(is_mb(it) and _one_int(it) for it in advanced):
         raise NotImplementedError(
             "indexing a MaskedBatch with more than one Tensor/MaskedBatch index is not supported; "
             "index one dimension at a time (x[:, i][:, j])")
     return items
+
+
+def _one_int(i):
+    return not i.dims and i._bdim is None and i.dtype in _INTS
 
 
 @register_distinct(T.__getitem__)

@@ -102,6 +102,30 @@ def _written_into(state, rows, out):
     return x
 
 
+def _on_rows(tensors, cell):
+    """A cell run on each row of per-example ``(n, features)`` operands with
+    no batch-of-one dimension (``self.gru(torch.stack(msgs), h)`` over a
+    graph's ``n`` nodes: the cell's own batch is the nodes): the ``B * n``
+    rows as one cell call, the real rows of the active examples only.  None
+    where the operands are not all such."""
+    if not all(is_mb(t) and t._bdim is None and t._data.dim() == 3 and not t.dims[1]
+               and t._present is None and t._sizes is None for t in tensors):
+        return None
+    B, n = tensors[0]._data.shape[:2]
+    if any(t._data.shape[:2] != (B, n) for t in tensors):
+        return None
+    mask = None
+    for t in tensors:
+        if t._mask is not None:
+            mask = t._mask if mask is None else mask & t._mask
+    real = with_lanes(mask, 3)
+    flat = None if real is None else real.expand(B, n, 1).reshape(B * n, 1)
+    outs = _run(cell, [uncut(t).reshape(B * n, -1) for t in tensors], flat, flat)
+    dims = (any(t.dims[0] for t in tensors), False)
+    return tuple(new(o._data.view(B, n, -1), mask, dims, zero=flat is not None, bdim=None)
+                 for o in outs)
+
+
 def _check_params(opname, params):
     if any(is_mb(p) for p in params):
         raise NotImplementedError(f"{opname}: per-example weights (a MaskedBatch weight) are not supported")
@@ -110,8 +134,12 @@ def _check_params(opname, params):
 def _simple_cell(f, opname):
     def rule(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
         _check_params(opname, (w_ih, w_hh, b_ih, b_hh))
+        cell = lambda x, h: (f(x, h, w_ih, w_hh, b_ih, b_hh),)   # noqa: E731
+        rows = _on_rows([input, hx], cell)
+        if rows is not None:
+            return rows[0]
         datas, mask, real = _operands(opname, [input, hx])
-        return _run(lambda x, h: (f(x, h, w_ih, w_hh, b_ih, b_hh),), datas, mask, real)[0]
+        return _run(cell, datas, mask, real)[0]
     rule.__name__ = opname
     rule.__doc__ = f"``torch.{opname}`` for MaskedBatch input and/or hidden state."
     return rule
@@ -130,9 +158,12 @@ def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     hx = tuple(hx)
     if len(hx) != 2:
         raise ValueError(f"lstm_cell: hx must be a pair (h, c), got {len(hx)} tensors")
+    cell = lambda x, h, c: torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh)   # noqa: E731
+    rows = _on_rows([input, hx[0], hx[1]], cell)
+    if rows is not None:
+        return rows
     datas, mask, real = _operands("lstm_cell", [input, hx[0], hx[1]])
-    return _run(lambda x, h, c: torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh),
-                datas, mask, real)
+    return _run(cell, datas, mask, real)
 
 
 # ------------------------------------------------------------------ whole sequences

@@ -26,7 +26,7 @@ import gast
 import torch
 
 from . import templates
-from .analysis import local_names, runtime_call
+from .analysis import local_names, runtime_call, walk_scope
 from .passes import Pass
 from .runtime.containers import METHODS, MUTATORS
 
@@ -62,6 +62,7 @@ class _Calls(Pass):
     def __init__(self, ctx, names, self_name, objects=frozenset()):
         super().__init__(ctx)
         self.names, self.self_name, self.objects = names, self_name, objects
+        self.nested = set()   # (the functions defined in this one)
 
     def _rt(self, attr, origin):
         return templates.replace_as_expression(f"rt.{attr}", origin, rt=self.ctx.runtime)
@@ -99,10 +100,11 @@ class _Calls(Pass):
                 func.value, templates.constant(func.attr)] + node.args, node.keywords), node)
         if self._helper(func):   # self.node_forward(...): rewritten too (runtime/converted.py)
             node.func = templates.stamp(gast.Call(self._rt("converted", node), [func], []), func)
-        elif isinstance(func, gast.Name) and func.id not in self.names \
+        elif isinstance(func, gast.Name) and (func.id not in self.names or func.id in self.nested) \
                 and func.id not in _PY_BUILTINS and func.id != self.ctx.fn_name.split(".")[-1]:
-            # prepare_sequence(words, w2i): a function of the module, rewritten where it
-            # gets per-example Python values (runtime/converted.helper)
+            # prepare_sequence(words, w2i): a function of the module (or one defined in
+            # this one), rewritten where it gets per-example Python values
+            # (runtime/converted.helper)
             node.args = [func] + node.args
             node.func = self._rt("helper", node)
         return node
@@ -273,4 +275,7 @@ def _objects(fdef):
 def transform(fdef, ctx):
     args = fdef.args.posonlyargs + fdef.args.args
     self_name = args[0].id if args and args[0].id == "self" else None
-    return _Calls.run(fdef, ctx, local_names(fdef), self_name, _objects(fdef))
+    calls = _Calls(ctx, local_names(fdef), self_name, _objects(fdef))
+    calls.nested = {n.name for n in walk_scope(fdef.body) if isinstance(n, gast.FunctionDef)}
+    fdef.body = calls.statements(fdef.body)
+    return fdef

@@ -265,3 +265,17 @@ def test_polygamma_method_and_function(lengths):
             dtype=torch.float64)
     mb_test(lambda x: torch.polygamma(1, x.abs() + 0.5), (3, (True, 4)), lengths=lengths,
             dtype=torch.float64)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_same_lengths_different_padding(swap):
+    """Two dynamic operands whose examples have the same lengths but whose
+    padded sizes differ (slices of one chart, x[i, i + 1:j] + x[i + 1:j, j]):
+    the longer padding is cut, whichever comes first.  Before: 'Attempting
+    to broadcast a dimension of length 3' when the first was the shorter."""
+    a = MaskedBatch.fromlist([torch.randn(1, 2), torch.randn(1, 1)], (True,))
+    b = MaskedBatch.from_padded(torch.randn(2, 3), torch.tensor([2, 1]))
+    x, y = (b, a) if swap else (a, b)
+    out = x + y
+    for e, xa, ya in zip(out.examples(), x.examples(), y.examples()):
+        torch.testing.assert_close(e, xa + ya)

@@ -223,3 +223,37 @@ def test_errors():
         cell(x, torch.zeros(2, 2))
     with pytest.raises(ValueError, match="batch sizes differ"):
         cell(x, MaskedBatch.fromlist([torch.randn(1, 2)] * 2, (False,)))
+
+
+@pytest.mark.parametrize("lengths", ["mixed", "one", "equal"])
+@pytest.mark.parametrize("kind", CELLS)
+def test_cell_over_rows_of_each_example(kind, lengths):
+    """Per-example (n, features) operands with no batch-of-one dimension:
+    the cell's own batch is each example's n rows (a graph's nodes:
+    ``h = self.gru(torch.stack(msgs), h)``).
+    Before: 'the input needs each example's batch-of-one dimension at 0'."""
+    torch.manual_seed(0)
+    cell = CELLS[kind](3, 2).double()
+    if kind == "lstm":
+        mb_test(lambda x, h, c: cell(x, (h, c)), (4, (True, 4), (False, 3)),
+                (4, (True, 4), (False, 2)), (4, (True, 4), (False, 2)),
+                params=list(cell.parameters()), batch_dim=None, lengths=lengths)
+    else:
+        mb_test(cell, (4, (True, 4), (False, 3)), (4, (True, 4), (False, 2)),
+                batch_dim=None, lengths=lengths)
+
+
+@batch
+def _rows_in_a_branch(x, h, flag):
+    if flag.sum() > 0:
+        h = torch.tanh(_ROWS_CELL(x, h))
+    return h
+
+
+_ROWS_CELL = nn.GRUCell(3, 2).double()
+
+
+def test_cell_over_rows_under_lanes():
+    """Only the examples that take the branch change their rows."""
+    mb_test(_rows_in_a_branch, (5, (True, 4), (False, 3)), (5, (True, 4), (False, 2)), (5, ()),
+            batch_dim=None, params=list(_ROWS_CELL.parameters()), dtype=torch.float64)

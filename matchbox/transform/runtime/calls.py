@@ -5,6 +5,7 @@ from ..._lanes import _ACTIVE, _COMPACT, _Slot
 from ...core import MaskedBatch
 from ...ops._registry import scatter_rows, uncut
 from .compaction import owned, shared_rows
+from .converted import converted
 from .lists import _append_owned
 from .pyvalues import GAP, PerExample
 from .select import rebuilt
@@ -34,6 +35,7 @@ def sibling_calls(f, *calls, auto=False):
     returns what cannot be split between the calls (a list, a plain
     tensor) runs again as plain calls, with merging off inside; only an
     error that the plain calls raise too reaches the caller."""
+    f = converted(f)
     lanes = _ACTIVE.get()
     if _UNMERGED.get():
         return tuple(_call(f, args, lanes) for args in calls)
@@ -73,7 +75,7 @@ class SiblingLoop:
     of the function that holds the loop."""
 
     def __init__(self, owner, f, auto=False):
-        self.owner, self.f, self.auto, self.pending = owner, f, auto, []
+        self.owner, self.f, self.auto, self.pending = owner, converted(f), auto, []
 
     def defer(self, lst, *args):
         """``lst.append(f(*args))`` (``lst`` None: ``f(*args)`` as a statement)."""
@@ -133,12 +135,12 @@ def recursive(owner, f):
     gathered the arguments), as a stacked call does; the callee's code
     would take it for its own."""
     if owned(owner) is None:
-        return f
+        return converted(f)   # (a helper's own calls: rewritten as the helper is)
 
     def outside(*args, **kwargs):
         token = _COMPACT.set(None)
         try:
-            return f(*args, **kwargs)
+            return converted(f)(*args, **kwargs)
         finally:
             _COMPACT.reset(token)
     return outside

@@ -19,7 +19,7 @@ import copy
 from ..._lanes import _ACTIVE
 from ...core import MaskedBatch
 from .converted import converted
-from .perlane import Star, _has_per_example, batch_size, per_lane
+from .perlane import Star, _has_per_example, batch_size, per_lane, split
 from .pyvalues import PerExample
 
 #: methods the rewrite routes here (a plain container's, with a
@@ -44,7 +44,17 @@ def _per_example(args, kwargs=None):
 
 
 def _copies(obj, B):
-    """One copy of container ``obj`` per example."""
+    """One copy of container ``obj`` per example; an item stored while the
+    examples agreed and that holds per-example values (``chart[0, 1] =
+    [tree], score`` with a tree per example) becomes each example's own."""
+    if type(obj) is dict and any(_per_example((v,)) for v in obj.values()):
+        cols = {k: split(v, B) if _per_example((v,)) else None for k, v in obj.items()}
+        return PerExample([{k: v if cols[k] is None else cols[k][b] for k, v in obj.items()}
+                           for b in range(B)])
+    if type(obj) is list and _per_example(obj):
+        cols = [split(v, B) if _per_example((v,)) else None for v in obj]
+        return PerExample([[v if c is None else c[b] for v, c in zip(obj, cols)]
+                           for b in range(B)])
     return PerExample([copy.copy(obj) for _ in range(B)])
 
 

@@ -22,7 +22,7 @@ import torch
 
 from ..._lanes import _ACTIVE, _COMPACT
 from ...core import MaskedBatch
-from .perlane import per_lane
+from .perlane import _contents, per_lane
 from .pyvalues import PerExample
 
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,8 +60,12 @@ def helper(f, *args, **kwargs):
     or a batch meets code that reads a value per example (an ``if`` on
     it, ``.item()``: ``needs_lanes``): then rewritten as ``converted``
     gives it, or, where it cannot be, run for each example on its own
-    values."""
-    if not any(_objects(a) for a in args) and not any(_objects(v) for v in kwargs.values()):
+    values.  A nested function that reads per-example Python values of the
+    code around it (``tokens`` of ``def helper(i)`` in a parser) is
+    rewritten too."""
+    if not any(_objects(a) for a in args) and not any(_objects(v) for v in kwargs.values()) \
+            and not (type(f) is types.FunctionType and f.__closure__
+                     and any(_objects(_contents(c)) for c in f.__closure__)):
         if not (type(f) is types.FunctionType and needs_lanes(f) and (
                 any(type(a) is MaskedBatch for a in args)
                 or any(type(v) is MaskedBatch for v in kwargs.values()))):
@@ -69,7 +73,8 @@ def helper(f, *args, **kwargs):
         conv = converted(f)
         return conv(*args, **kwargs)
     conv = converted(f)
-    if conv is f and type(f) is types.FunctionType:
+    if conv is f and (type(f) is types.FunctionType or isinstance(f, type)):
+        # (a class: each example gets its own object, InternalParseNode(label, children))
         return per_lane(f, args, kwargs)
     return conv(*args, **kwargs)
 
@@ -78,6 +83,8 @@ def helper(f, *args, **kwargs):
 # the reads that give a Python value (h.item(), int(n), len(xs))
 _FLOW = (gast.If, gast.While, gast.For, gast.IfExp, gast.BoolOp, gast.Break, gast.Continue)
 _READS = {"item", "tolist", "numpy", "int", "float", "bool", "len"}
+# builtins that compare their arguments (max(a, b) reads bool(b > a))
+_COMPARING = {"max", "min", "sorted", "any", "all"}
 
 
 def needs_lanes(f):
@@ -104,7 +111,9 @@ def needs_lanes(f):
             func = n.func
             name = func.attr if isinstance(func, gast.Attribute) else getattr(func, "id", None)
             callee = f.__globals__.get(name) if isinstance(func, gast.Name) else None
-            found = name in _READS or type(callee) is types.FunctionType and needs_lanes(callee)
+            found = (name in _READS or isinstance(func, gast.Name) and name in _COMPARING
+                     and name not in f.__globals__
+                     or type(callee) is types.FunctionType and needs_lanes(callee))
         if found:
             break
     f.__dict__["__matchbox_lanes__"] = found

@@ -110,7 +110,56 @@ def split(x, B):
         return split(x.value, B)
     if t is slice and _has_per_example((x.start, x.stop, x.step)):
         return [slice(*v) for v in _lanes_of((x.start, x.stop, x.step), B, tuple)]
+    if t is types.FunctionType and x.__closure__:
+        return _closure_lanes(x, B)
     return _Repeat(x)
+
+
+def _closure_lanes(f, B, depth=0):
+    """A function made in @batch code (``key=lambda s: chart[left, s]``)
+    that closes over per-example values, as each lane calls it: a copy
+    whose cells hold that lane's values (a lane of ``max(..., key=f)``
+    calls ``f`` with its own items, which the other lanes do not have)."""
+    cols = [None if not _per_example_cell(v, depth) else
+            _closure_lanes(v, B, depth + 1) if type(v) is types.FunctionType else split(v, B)
+            for v in map(_contents, f.__closure__)]
+    if all(c is None for c in cols):
+        return _Repeat(f)
+    return [_lane_function(types.FunctionType(
+        f.__code__, f.__globals__, f.__name__, f.__defaults__,
+        tuple(cell if c is None else types.CellType(c[b]) for cell, c in zip(f.__closure__, cols))),
+        B, b) for b in range(B)]
+
+
+def _contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:   # (not assigned yet)
+        return None
+
+
+def _per_example_cell(v, depth=0):
+    t = type(v)
+    if t is types.FunctionType:
+        return depth < 3 and closes_over_per_example(v, depth + 1)
+    return t is PerExample or t is MaskedBatch or (t is list or t is tuple) and v \
+        and _has_per_example(v)
+
+
+def closes_over_per_example(f, depth=0):
+    """Does function ``f`` (a lambda made in @batch code) read per-example
+    values of the code that made it?"""
+    return bool(f.__closure__) and any(_per_example_cell(_contents(c), depth)
+                                       for c in f.__closure__)
+
+
+def _lane_function(f, B, b):
+    """``f`` (lane ``b``'s copy) giving lane ``b``'s value of its result: a
+    value read from a per-example container holds every example's (a
+    batch), of which this lane's is its own."""
+    def lane(*args, **kwargs):
+        return split(f(*args, **kwargs), B)[b]
+    return lane
 
 
 def _is_lane_list(lst):
@@ -162,6 +211,8 @@ def batch_size(args, kwargs=None):
             a = a.value
         if type(a) is slice:
             a = (a.start, a.stop, a.step)
+        elif type(a) is types.FunctionType and a.__closure__:   # (key=lambda s: chart[s])
+            a = [v for v in map(_contents, a.__closure__) if _per_example_cell(v)]
         if sequence(a) and _has_per_example(a):
             B2, like2 = batch_size(a)
             B = B if B is not None else B2

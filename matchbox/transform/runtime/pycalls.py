@@ -20,6 +20,7 @@ make a batch with a value per example.
 """
 import builtins
 import operator
+import types
 
 import torch
 
@@ -31,7 +32,7 @@ from .select import select
 from .iterables import LaneIterable
 from .lists import _append_owned
 from .loops import for_loop
-from .perlane import Star, _has_per_example, _is_lane_list, per_lane
+from .perlane import Star, _has_per_example, _is_lane_list, closes_over_per_example, per_lane
 from .pyvalues import PerExample, is_number_batch
 
 _NATIVE = {builtins.abs, builtins.sum, builtins.pow}
@@ -40,7 +41,8 @@ _NATIVE = {builtins.abs, builtins.sum, builtins.pow}
 def _per_example(x):
     t = type(x)
     return t is PerExample or t is MaskedBatch or t is Star or (
-        (t is list or t is tuple) and x and _has_per_example(x))
+        (t is list or t is tuple) and x and _has_per_example(x)) or (
+        t is types.FunctionType and closes_over_per_example(x))   # (sorted(key=lambda ...))
 
 
 def call(f, *args, **kwargs):
@@ -53,7 +55,29 @@ def call(f, *args, **kwargs):
         for a in kwargs.values():
             if _per_example(a):
                 return _routed(f, args, kwargs)
+        if f in _KEYED and len(args) == 1 and type(kwargs.get("key")) is types.FunctionType:
+            return _keyed(f, args[0], kwargs)
     return f(*args, **kwargs)
+
+
+_KEYED = {builtins.max, builtins.min, builtins.sorted}
+
+
+def _keyed(f, items, kwargs):
+    """``max(items, key=k)`` (``min``, ``sorted``) over items every example
+    shares, whose key may give a value per example (``key=lambda s:
+    chart[s].item()``, a read of batches): the keys are computed once, and
+    each example orders the items by its own."""
+    items = list(items)
+    keys = [kwargs["key"](v) for v in items]
+    rest = {k: v for k, v in kwargs.items() if k != "key"}
+
+    def pick(*keys):
+        if not items and "default" in rest:
+            return rest["default"]
+        i = f(range(len(items)), key=keys.__getitem__, **rest)
+        return [items[j] for j in i] if f is builtins.sorted else items[i]
+    return per_lane(pick, keys) if any(_per_example(k) for k in keys) else pick(*keys)
 
 
 def _routed(f, args, kwargs):
