@@ -111,9 +111,7 @@ class _Assignments(Pass):
         if path is not None:
             # buf[li][0][k] = 1: one store, so that it honours the lanes (and a
             # Tensor the function made gives each example its own copy)
-            name, keys = path
-            key = templates.stamp(gast.Call(templates.replace_as_expression(
-                "rt.path", origin, rt=rt), keys, []), origin)
+            name, key = path
             return self._own(templates.replace(
                 "x = rt.setitem(x, key, value, name)", origin, rt=rt, x=name,
                 key=key, value=value, name=templates.constant(name)))
@@ -126,8 +124,8 @@ class _Assignments(Pass):
         return templates.replace("x = value", origin, x=target, value=value)
 
     def _path(self, target):
-        """``(name, keys)`` for a store ``name[k1][k2]...[kn] = v`` into a
-        local variable's item, else None."""
+        """``(name, rt.path(k1, ..., kn))`` for a store ``name[k1][k2]...[kn]
+        = v`` into a local variable's item, else None."""
         rt, keys, node = self.ctx.runtime, [], target
         while True:
             if isinstance(node, gast.Subscript):
@@ -142,7 +140,8 @@ class _Assignments(Pass):
                 break
         if len(keys) < 2 or not isinstance(node, gast.Name) or node.id not in self.local:
             return None
-        return node.id, keys[::-1]
+        return node.id, templates.stamp(gast.Call(templates.replace_as_expression(
+            "rt.path", target, rt=rt), keys[::-1], []), target)
 
     def _keyed(self, target):
         """A store that outlives the function or may take a per-example key,
@@ -214,21 +213,15 @@ class _Assignments(Pass):
             return templates.replace(
                 "rt.setattr_(obj, name, rt.aug_assign(obj.attr_name, op, value))", node, rt=rt,
                 obj=t.value, name=templates.constant(t.attr), attr_name=t.attr, op=op, value=node.value)
-        if isinstance(t, gast.Subscript) and isinstance(t.value, gast.Name):
+        # d[k] += v, buf[i][j] += v (one read and one store of the same item)
+        item = (t.value.id, _Slices().visit(t.slice)) if isinstance(t, gast.Subscript) \
+            and isinstance(t.value, gast.Name) else self._path(t)
+        if item is not None:
+            name, index = item
             return self._own(templates.replace(
                 "key = index\nx = rt.setitem(x, key, rt.aug_assign(rt.getitem(x, key), op, value, "
                 "in_place=False), name)", node,
-                key=self.ctx.namer.new("key"), index=_Slices().visit(t.slice), x=t.value.id, rt=rt,
-                op=op, value=node.value, name=templates.constant(t.value.id)))
-        path = self._path(t)
-        if path is not None:   # buf[i][j] += v: one read and one store of the same item
-            name, keys = path
-            key = templates.stamp(gast.Call(templates.replace_as_expression(
-                "rt.path", node, rt=rt), keys, []), node)
-            return self._own(templates.replace(
-                "key = index\nx = rt.setitem(x, key, rt.aug_assign(rt.getitem(x, key), op, value, "
-                "in_place=False), name)", node,
-                key=self.ctx.namer.new("key"), index=key, x=name, rt=rt, op=op, value=node.value,
+                key=self.ctx.namer.new("key"), index=index, x=name, rt=rt, op=op, value=node.value,
                 name=templates.constant(name)))
         return node
 
